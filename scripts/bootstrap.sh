@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Prepare this machine for sglx: Debian packages, a running Docker engine and the project venv.
+#
+# Idempotent and quick when nothing changed; every action it takes is printed. Used by
+# `make setup` (so by every make target that needs the venv) and by .ci/run.
+#
+#   VENV=.venv        where the project venv lives
+#   PYTHON=python3    interpreter for the venv (3.11 or newer)
+#   SGLX_NO_ENGINE=1  skip the Docker engine (unit tests only)
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+VENV=${VENV:-.venv}
+PYTHON=${PYTHON:-python3}
+DOCKERD_LOG=${DOCKERD_LOG:-/var/log/sglx-dockerd.log}
+# Debian packages the tool and its tests use: the engine, debootstrap for the cpu base.
+APT_PACKAGES=(docker.io debootstrap)
+
+say() { printf 'bootstrap: %s\n' "$*"; }
+die() { printf 'bootstrap: error: %s\n' "$*" >&2; exit 2; }
+
+ensure_apt_packages() {
+  local missing=()
+  for pkg in "${APT_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" \
+      || missing+=("$pkg")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  [ "$(id -u)" -eq 0 ] || die "missing Debian packages: ${missing[*]}; run as root or: sudo apt-get install -y ${missing[*]}"
+  say "installing Debian packages: ${missing[*]}"
+  DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+engine_answers() { timeout 10 docker version --format '{{.Server.Version}}' >/dev/null 2>&1; }
+
+ensure_engine() {
+  if [ "${SGLX_NO_ENGINE:-0}" = 1 ]; then
+    say "SGLX_NO_ENGINE=1: not checking for a Docker engine"
+    return 0
+  fi
+  if engine_answers; then
+    say "Docker engine answers (server $(docker version --format '{{.Server.Version}}'))"
+    return 0
+  fi
+  [ -n "${DOCKER_HOST:-}" ] && die "DOCKER_HOST=$DOCKER_HOST does not answer; start that engine or unset DOCKER_HOST"
+  [ "$(id -u)" -eq 0 ] || die "no Docker engine answers and starting dockerd needs root"
+  command -v dockerd >/dev/null || die "dockerd not found after installing docker.io"
+  say "no Docker engine answers: starting dockerd (storage driver overlay2, log $DOCKERD_LOG)"
+  nohup dockerd --storage-driver overlay2 >"$DOCKERD_LOG" 2>&1 &
+  for _ in $(seq 60); do
+    engine_answers && { say "dockerd is up (pid $(pgrep -xo dockerd))"; return 0; }
+    sleep 1
+  done
+  tail -n 20 "$DOCKERD_LOG" >&2 || true
+  die "dockerd did not answer within 60 s (log above, full log in $DOCKERD_LOG)"
+}
+
+# pip's own output goes to a log, shown only when pip fails.
+pip_quietly() {
+  local log="$VENV/pip.log"
+  "$VENV/bin/python" -m pip "$@" >"$log" 2>&1 || {
+    tail -n 40 "$log" >&2
+    die "pip $* failed (full log: $log)"
+  }
+}
+
+ensure_venv() {
+  "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
+    || die "$PYTHON is $("$PYTHON" -V 2>&1); sglx needs Python 3.11 or newer (set PYTHON=)"
+  if [ ! -x "$VENV/bin/python" ]; then
+    say "creating the venv in $VENV"
+    "$PYTHON" -m venv "$VENV"
+  fi
+  # Reinstall only when a file that defines the environment changed.
+  local stamp="$VENV/.sglx-setup" want
+  want=$(cat pyproject.toml plugin/pyproject.toml kernels/pyproject.toml scripts/bootstrap.sh \
+         | sha256sum | cut -d' ' -f1)
+  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+    say "venv $VENV is up to date"
+    return 0
+  fi
+  say "installing sglx, sglx-platform and sglx-kernels (editable, with dev dependencies) into $VENV"
+  pip_quietly install --upgrade pip
+  pip_quietly install -e '.[dev]' -e './plugin[dev]' -e './kernels[dev]'
+  echo "$want" >"$stamp"
+}
+
+ensure_apt_packages
+ensure_engine
+ensure_venv
+say "ready: $VENV/bin/sglx --help"

@@ -1,0 +1,461 @@
+"""The profile schema: every key of `images/<arch>/arch.yaml`, its type and meaning.
+
+Each model forbids unknown keys and is frozen once loaded. Field descriptions are the reference
+documentation: `sglx arch schema` renders them into docs/reference/profile.md.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
+
+SCHEMA_VERSION = 1
+
+Name = Annotated[str, StringConstraints(strict=True, pattern=r"^[a-z][a-z0-9_.-]*$")]
+EnvName = Annotated[str, StringConstraints(strict=True, pattern=r"^[A-Z_][A-Z0-9_]*$")]
+AbsPath = Annotated[str, StringConstraints(strict=True, pattern=r"^/\S*$")]
+Text = Annotated[str, StringConstraints(strict=True, min_length=1)]
+# Values a ServerArgs field can take in a default or a rule.
+Scalar = StrictBool | StrictInt | StrictFloat | StrictStr | None
+
+
+class _Strict(BaseModel):
+    """Every schema object: unknown keys are errors, values are immutable after loading."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Support(_Strict):
+    """How far sglx stands behind this arch."""
+
+    level: Literal["reference", "supported", "experimental"] = Field(
+        description="reference: proven end to end in CI; supported: built and checked on fixtures, "
+        "validated on hardware by the site; experimental: known upstream gaps (see notes)."
+    )
+    notes: tuple[Text, ...] = Field(
+        default=(), description="Known gaps and their upstream references, shown by preflight."
+    )
+
+
+class Capabilities(_Strict):
+    """sglang's `PlatformCapabilities` for this arch (every field defaults to off)."""
+
+    supports_triton: StrictBool = Field(default=False, description="Triton kernels can launch.")
+    graph_capture: StrictBool = Field(default=False, description="Decode graph capture runs.")
+    piecewise_graph: StrictBool = Field(
+        default=False, description="Prefill piecewise compilation runs."
+    )
+    hicache_device_kernels: StrictBool = Field(
+        default=False, description="sgl_kernel HiCache transfer kernels exist."
+    )
+    supports_pynccl: StrictBool = Field(
+        default=False, description="Model-parallel groups may create a PyNccl communicator."
+    )
+
+
+class Platform(_Strict):
+    """How the sglx SGLang plugin presents this arch to sglang."""
+
+    family: Literal["cpu", "rocm", "kunlun"] = Field(
+        description="Which sglx platform class serves the arch: cpu (out-of-tree CPU platform), "
+        "rocm (subclass of sglang's in-tree ROCm platform), kunlun (out-of-tree XPU platform)."
+    )
+    entry_point: Name = Field(
+        description="Name under sglang's `sglang.srt.platforms` entry-point group; images set "
+        "SGLANG_PLATFORM to it so a broken plugin stops the server instead of falling back."
+    )
+    device_type: Literal["cpu", "cuda"] = Field(
+        description="torch device type sglang allocates on (HIP and xpytorch both present as "
+        "'cuda')."
+    )
+    dispatch_key: Name = Field(
+        description="Key under which fused-op forwards are registered and dispatched."
+    )
+    distributed_backend: Literal["gloo", "nccl"] = Field(
+        description="torch.distributed backend name (RCCL and BKCL both answer to 'nccl')."
+    )
+    capabilities: Capabilities
+
+
+class Debootstrap(_Strict):
+    """How `sglx base build` makes a base from Debian packages, with no registry."""
+
+    suite: Name = Field(description="Debian suite, e.g. bookworm.")
+    mirror: Annotated[str, StringConstraints(strict=True, pattern=r"^(https?|file)://\S+$")] = (
+        Field(description="Debian mirror URL (a local mirror in an air-gapped site).")
+    )
+    variant: Literal["minbase", "buildd"] = Field(
+        default="minbase", description="debootstrap --variant."
+    )
+    packages: tuple[Name, ...] = Field(
+        default=(), description="Extra Debian packages baked into the base."
+    )
+
+
+Digest = Annotated[str, StringConstraints(strict=True, pattern=r"^sha256:[0-9a-f]{64}$")]
+
+
+class BaseImage(_Strict):
+    """The image everything else is layered on, and how a site without a registry gets it."""
+
+    ref: Annotated[
+        str, StringConstraints(strict=True, pattern=r"^[a-z0-9][a-z0-9._/-]*(:[A-Za-z0-9._-]+)?$")
+    ] = Field(description="Image reference the Dockerfile builds FROM.")
+    source: Literal["build", "load"] = Field(
+        description="build: `sglx base build` makes it locally; load: carried in as a tar and "
+        "loaded with `sglx base load FILE`."
+    )
+    digest: Digest | None = Field(
+        default=None, description="Expected image id (sha256:...) when pinned; null = not pinned."
+    )
+    obtain: Text = Field(description="How to obtain the base offline, shown when it is missing.")
+    build: Debootstrap | None = Field(default=None, description="Required when source is build.")
+    provides: tuple[Name, ...] = Field(
+        default=(),
+        description="Python distributions the base owns (torch, triton, vendor packages); a "
+        "wheel lock that would replace one of them is refused.",
+    )
+
+    @model_validator(mode="after")
+    def _build_matches_source(self) -> BaseImage:
+        if self.source == "build" and self.build is None:
+            raise ValueError("source is 'build' but no 'build' section says how to build it")
+        if self.source == "load" and self.build is not None:
+            raise ValueError("source is 'load' but a 'build' section is present; remove one")
+        return self
+
+
+class Python(_Strict):
+    """The Python that serves inside the image."""
+
+    version: Annotated[str, StringConstraints(strict=True, pattern=r"^3\.\d{1,2}$")] = Field(
+        description='Major.minor of the serving Python, quoted ("3.11").'
+    )
+    executable: AbsPath = Field(description="Interpreter that creates or owns the environment.")
+    venv: AbsPath | None = Field(
+        default=None,
+        description="Virtual environment sglx installs into; null = the base's own environment.",
+    )
+    torch: Text = Field(description="PEP 440 specifier the image's torch must satisfy.")
+
+    @field_validator("torch")
+    @classmethod
+    def _pep440(cls, value: str) -> str:
+        try:
+            SpecifierSet(value)
+        except InvalidSpecifier as exc:
+            raise ValueError(f"not a PEP 440 version specifier ({exc})") from None
+        return value
+
+
+class SGLang(_Strict):
+    """Which sglang the image serves with and where its wheel comes from."""
+
+    version: Annotated[str, StringConstraints(strict=True, pattern=r"^\d+\.\d+\.\d+\S*$")] = Field(
+        description="sglang release the image serves with."
+    )
+    wheel: Literal["pypi", "source"] = Field(
+        description="pypi: the PyPI wheel (cp311, CUDA-pinned deps); source: a wheel built from "
+        "the release tag for the base's Python on the connected side and put in the wheelhouse."
+    )
+
+
+class DeviceNode(_Strict):
+    """A device path the container needs, passed with --device."""
+
+    path: Annotated[str, StringConstraints(strict=True, pattern=r"^/dev/\S+$")] = Field(
+        description="Device path; a glob (e.g. /dev/xpu[0-9]*) matches numbered cards."
+    )
+    kind: Literal["char", "dir"] = Field(description="char device, or a directory of devices.")
+    required: StrictBool = Field(default=True, description="Serving fails without it.")
+    purpose: Text = Field(description="What needs it; shown when it is missing.")
+
+
+class NoProbe(_Strict):
+    """No device to find (the cpu reference)."""
+
+    kind: Literal["none"]
+
+
+class KfdProbe(_Strict):
+    """AMD: read the KFD topology (sysfs) for GPU nodes of the right gfx target."""
+
+    kind: Literal["kfd"]
+    gfx_target_versions: tuple[StrictInt, ...] = Field(
+        min_length=1,
+        description="`gfx_target_version` values in /sys/class/kfd/kfd/topology/nodes/*/"
+        "properties that belong to this arch (gfx942 = 90402).",
+    )
+
+
+class KunlunProbe(_Strict):
+    """Kunlun: device nodes plus the PCI ids in sysfs; never imports the vendor stack."""
+
+    kind: Literal["kunlun"]
+    pci_vendor: Annotated[str, StringConstraints(strict=True, pattern=r"^0x[0-9a-f]{4}$")] = Field(
+        description="PCI vendor id of the cards (sysfs `vendor`), e.g. 0x1d22."
+    )
+    pci_devices: tuple[Annotated[str, StringConstraints(pattern=r"^0x[0-9a-f]{4}$")], ...] = Field(
+        min_length=1, description="PCI device ids of supported cards."
+    )
+    version_file: AbsPath = Field(description="Driver version file (KLRM version).")
+
+
+class Devices(_Strict):
+    """Device nodes, the groups that may open them, and how to find the hardware."""
+
+    nodes: tuple[DeviceNode, ...] = ()
+    groups: tuple[Name, ...] = Field(
+        default=(), description="Groups the runtime user joins to open the device nodes."
+    )
+    numeric_gids: StrictBool = Field(
+        default=False,
+        description="Pass groups to the container by the host's numeric GID (the image may not "
+        "know the host's render GID).",
+    )
+    probe: NoProbe | KfdProbe | KunlunProbe = Field(discriminator="kind")
+
+
+class Mount(_Strict):
+    """A host path bind-mounted into the server container."""
+
+    source: AbsPath = Field(description="Path on the host.")
+    target: AbsPath = Field(description="Path in the container.")
+    read_only: StrictBool = Field(default=True, description="Mount read-only.")
+    required: StrictBool = Field(
+        default=False, description="Serving fails without it (else skipped when absent)."
+    )
+    purpose: Text = Field(description="Why the container needs it.")
+
+
+class Container(_Strict):
+    """How the server container runs (docker run flags, Docker SDK arguments)."""
+
+    user: Name = Field(description="Runtime user; 'root' only where the vendor stack needs it.")
+    uid: StrictInt = Field(ge=0, description="UID of the runtime user inside the image.")
+    ipc: Literal["host", "private", "shareable"] = Field(
+        default="private", description="--ipc mode (host when ranks share memory)."
+    )
+    shm_size: Annotated[str, StringConstraints(strict=True, pattern=r"^\d+[kmg]$")] = Field(
+        description="--shm-size (e.g. 16g)."
+    )
+    cap_add: tuple[Annotated[str, StringConstraints(pattern=r"^[A-Z_]+$")], ...] = Field(
+        default=(), description="--cap-add capabilities (never --privileged)."
+    )
+    security_opt: tuple[Text, ...] = Field(default=(), description="--security-opt values.")
+    ulimits: dict[Name, StrictInt] = Field(default_factory=dict, description="-1 = unlimited.")
+    mounts: tuple[Mount, ...] = Field(default=(), description="Host paths bind-mounted in.")
+    network: Literal["bridge", "host"] = Field(
+        default="bridge", description="Container network (host only for multi-node/RDMA)."
+    )
+    port: StrictInt = Field(ge=1, le=65535, description="Port the server listens on.")
+
+
+class Rule(_Strict):
+    """What a ServerArgs field may hold on this arch; anything else is refused (or warned)."""
+
+    allow: tuple[Scalar, ...] | None = Field(default=None, description="Only these values.")
+    deny: tuple[Scalar, ...] | None = Field(default=None, description="Any value but these.")
+    action: Literal["refuse", "warn"] = Field(
+        default="refuse",
+        description="refuse: the server does not start; warn: it starts and "
+        "preflight reports the reason.",
+    )
+    reason: Text = Field(description="Why, in one sentence with its source.")
+    instead: Text | None = Field(default=None, description="What to use instead.")
+
+    @model_validator(mode="after")
+    def _one_of_allow_deny(self) -> Rule:
+        if (self.allow is None) == (self.deny is None):
+            raise ValueError("give exactly one of 'allow' or 'deny'")
+        return self
+
+    def permits(self, value: Any) -> bool:
+        if value is None:
+            return True  # an unset field is never refused
+        return value in self.allow if self.allow is not None else value not in (self.deny or ())
+
+
+class DisabledFeature(_Strict):
+    """An sglang feature turned off on this arch."""
+
+    args: dict[Name, Scalar] = Field(
+        default_factory=dict,
+        description="ServerArgs fields set to turn it off (may be empty "
+        "when the platform itself turns it off, e.g. pynccl).",
+    )
+    forced: StrictBool = Field(
+        default=False,
+        description="true: a user flag turning it back on is refused; false: a "
+        "default the user may override.",
+    )
+    reason: Text = Field(description="Why it is off, with its source.")
+
+
+class Memory(_Strict):
+    """Memory rules the server arguments must obey."""
+
+    mem_fraction_static_max: StrictFloat | None = Field(
+        default=None, gt=0, le=1, description="Refuse a --mem-fraction-static above this."
+    )
+    require_max_total_tokens: StrictBool = Field(
+        default=False, description="Refuse to start without a bound on the KV cache in tokens."
+    )
+
+
+class Server(_Strict):
+    """SGLang server defaults and refusals, applied by the plugin to ServerArgs."""
+
+    defaults: dict[Name, Scalar] = Field(
+        default_factory=dict, description="ServerArgs field -> value, applied when unset."
+    )
+    rules: dict[Name, Rule] = Field(default_factory=dict, description="ServerArgs field -> rule.")
+    disabled_features: dict[Name, DisabledFeature] = Field(default_factory=dict)
+    speculative_decoding: Literal["never", "opt_in", "auto"] = Field(
+        description="never: refused; opt_in: only when asked for with --speculative-algorithm; "
+        "auto: sglang decides."
+    )
+    memory: Memory = Field(default_factory=Memory)
+
+    @model_validator(mode="after")
+    def _defaults_obey_rules(self) -> Server:
+        for name, value in self.defaults.items():
+            rule = self.rules.get(name)
+            if rule is not None and not rule.permits(value):
+                raise ValueError(f"default {name}={value!r} is refused by rules.{name}")
+        return self
+
+
+class Weights(_Strict):
+    """How `sglx weights convert` stores weights for this arch."""
+
+    dtype: Literal["float32", "float16", "bfloat16"] = Field(
+        description="Floating-point dtype converted weights are stored in."
+    )
+
+
+class Kernels(_Strict):
+    """sglx kernels on this arch."""
+
+    triton: StrictBool = Field(description="sglx Triton kernels run on the device.")
+    warp_size: Literal[32, 64] | None = Field(
+        default=None, description="Threads per warp/wavefront (64 on CDNA, 32 on RDNA)."
+    )
+
+
+Pattern = Annotated[str, StringConstraints(strict=True, min_length=1)]
+
+
+class Scan(_Strict):
+    """Rules for `sglx scan`: sonames (fnmatch globs on full sonames) and paths."""
+
+    require: dict[Pattern, Text] = Field(
+        default_factory=dict, description="Sonames that must resolve inside the image."
+    )
+    host_provided: dict[Pattern, Text] = Field(
+        default_factory=dict, description="Sonames the host injects at run time (reported)."
+    )
+    forbidden: dict[Pattern, Text] = Field(
+        default_factory=dict, description="Sonames that must never appear in the image."
+    )
+    dlopen: dict[Pattern, Text] = Field(
+        default_factory=dict,
+        description="Libraries loaded with dlopen (invisible in ELF "
+        "links); must be present in the library search path.",
+    )
+    data_files: dict[Pattern, Text] = Field(
+        default_factory=dict,
+        description="Path globs (from the image root) of files read at run time that must exist.",
+    )
+
+    @model_validator(mode="after")
+    def _no_overlap(self) -> Scan:
+        for a, b in (("require", "forbidden"), ("host_provided", "forbidden")):
+            both = set(getattr(self, a)) & set(getattr(self, b))
+            if both:
+                raise ValueError(f"{sorted(both)} listed in both '{a}' and '{b}'")
+        return self
+
+
+class VersionFloor(_Strict):
+    """A minimum version on the host, and where to read the installed one."""
+
+    min_version: Text | None = Field(description="Lowest known-good version; null = unpinned.")
+    version_file: AbsPath | None = Field(default=None, description="Where the host reports it.")
+    note: Text = Field(description="Source of the floor, or why it is not pinned.")
+
+
+class Host(_Strict):
+    """Host settings the Ansible role applies and the host checks verify."""
+
+    kernel_cmdline: tuple[Text, ...] = Field(
+        default=(), description="Arguments the kernel command line must carry (reboot to apply)."
+    )
+    sysctl: dict[Annotated[str, StringConstraints(pattern=r"^[a-z0-9_.]+$")], StrictStr] = Field(
+        default_factory=dict, description="sysctl name -> value, persisted in /etc/sysctl.d."
+    )
+    gpu_max_hw_queues: StrictInt | None = Field(
+        default=None, ge=1, description="GPU_MAX_HW_QUEUES for the server; null = leave unset."
+    )
+    modules: tuple[Name, ...] = Field(default=(), description="Kernel modules that must load.")
+    udev_rules: tuple[Text, ...] = Field(
+        default=(), description="udev rules giving the device nodes their group and mode."
+    )
+    driver: VersionFloor | None = Field(default=None, description="Kernel driver floor.")
+    firmware: VersionFloor | None = Field(default=None, description="Device firmware floor.")
+
+
+class Profile(_Strict):
+    """One architecture, fully resolved."""
+
+    schema_version: Literal[1] = Field(description="Profile format version.")
+    arch: Name = Field(description="Arch name; must equal the profile's folder name.")
+    description: Text = Field(description="One line naming the hardware.")
+    machine: Literal["x86_64", "aarch64"] = Field(description="CPU architecture of the hosts.")
+    support: Support
+    platform: Platform
+    base: BaseImage
+    python: Python
+    sglang: SGLang
+    devices: Devices
+    container: Container
+    env: dict[EnvName, StrictStr] = Field(
+        default_factory=dict, description="Environment baked into the image as ENV (strings)."
+    )
+    env_forbidden: dict[EnvName, Text] = Field(
+        default_factory=dict, description="Variables that must not be set, with the reason."
+    )
+    server: Server
+    weights: Weights
+    kernels: Kernels
+    scan: Scan
+    host: Host
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> Profile:
+        clash = set(self.env) & set(self.env_forbidden)
+        if clash:
+            raise ValueError(f"{sorted(clash)} both set in 'env' and listed in 'env_forbidden'")
+        expected_probe = {"cpu": "none", "rocm": "kfd", "kunlun": "kunlun"}[self.platform.family]
+        if self.devices.probe.kind != expected_probe:
+            raise ValueError(
+                f"platform.family '{self.platform.family}' needs devices.probe.kind "
+                f"'{expected_probe}', found '{self.devices.probe.kind}'"
+            )
+        return self
+
+    def to_json(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")

@@ -1,0 +1,44 @@
+"""The Docker engine works here for real: a locally debootstrapped base builds and runs."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.docker
+
+
+def test_debootstrapped_base_is_labelled_and_came_from_no_registry(
+    docker: Any, cpu_base: str
+) -> None:
+    image = docker.images.get(cpu_base)
+    labels = image.labels
+    assert labels["io.sglx.arch"] == "cpu"
+    assert labels["org.opencontainers.image.base.name"] == "debian:bookworm (debootstrap)"
+    assert image.attrs["RepoDigests"] == []  # imported, never pulled
+    assert "python3" in labels["io.sglx.base.packages"]
+
+
+def test_an_image_built_from_the_base_runs_and_prints(
+    docker: Any, cpu_base: str, run_id: str
+) -> None:
+    tag = f"sglx-test/engine-probe:{run_id}"
+    dockerfile = (
+        f"FROM {cpu_base}\n"
+        "RUN echo built-offline > /etc/sglx-probe\n"
+        'CMD ["python3", "-c", "import platform; print(open(\'/etc/sglx-probe\').read().strip(), '
+        'platform.python_version())"]\n'
+    )
+    try:
+        # network_mode none: the build must not need the network.
+        docker.images.build(
+            fileobj=io.BytesIO(dockerfile.encode()), tag=tag, rm=True, network_mode="none"
+        )
+        output = docker.containers.run(tag, remove=True, network_mode="none").decode()
+    finally:
+        docker.images.remove(tag, force=True)
+    word, version = output.split()
+    assert word == "built-offline"
+    assert version.startswith("3.11.")
