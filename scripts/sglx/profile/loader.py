@@ -186,7 +186,8 @@ def load_profile_file(file: Path) -> Profile:
         merged = _merge(merged, {k: v for k, v in layer.data.items() if k != "extends"})
     top = layers[-1]
     folder = top.file.parent.name
-    if top.file.name == PROFILE_FILE and merged.get("arch") not in (None, folder):
+    in_images_tree = (top.file.parent.parent / SHARED_DIR).is_dir()
+    if in_images_tree and merged.get("arch") not in (None, folder):
         found = merged.get("arch")
         raise ProfileError(
             [

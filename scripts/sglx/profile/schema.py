@@ -347,10 +347,19 @@ class Weights(_Strict):
     )
 
 
+SglangOp = Literal["rms_norm", "silu_and_mul", "gelu_and_mul", "rotary_embedding"]
+
+
 class Kernels(_Strict):
     """sglx kernels on this arch."""
 
     triton: StrictBool = Field(description="sglx Triton kernels run on the device.")
+    serve: tuple[SglangOp, ...] = Field(
+        default=(),
+        description="sglang ops whose forward sglx kernels take over on this arch (ops not "
+        "listed keep sglang's own, e.g. AITER, forwards). rms_norm covers the fused "
+        "residual-add variant.",
+    )
     warp_size: Literal[32, 64] | None = Field(
         default=None, description="Threads per warp/wavefront (64 on CDNA, 32 on RDNA)."
     )

@@ -1,0 +1,123 @@
+"""Bring the device up robustly: one process at a time per host, with a timeout and retries.
+
+Vendor runtimes fail in two ways that look alike from the outside: a transient error while
+another process holds the device (retry helps) and a hang inside the driver (retry does not;
+the operator needs to know it hung). A host-wide file lock serialises initialisation across
+the ranks and servers on one machine, which is also what keeps concurrent first inits of some
+runtimes from racing.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from sglx_platform.failures import FailureClass, PlatformError
+
+logger = logging.getLogger(__name__)
+
+TIMEOUT_ENV = "SGLX_INIT_TIMEOUT_S"
+RETRIES_ENV = "SGLX_INIT_RETRIES"
+LOCK_DIR_ENV = "SGLX_LOCK_DIR"
+LOCK_NAME = "sglx-device-init.lock"
+
+
+def _setting(name: str, default: float) -> float:
+    try:
+        return float(os.environ.get(name, default))
+    except ValueError:
+        raise PlatformError(
+            FailureClass.CONFIG_REFUSED,
+            f"{name}={os.environ[name]!r} is not a number",
+            f"set {name} to seconds (or a count), or unset it",
+        ) from None
+
+
+def lock_path() -> Path:
+    folder = Path(os.environ.get(LOCK_DIR_ENV) or "/var/lock")
+    if not os.access(folder, os.W_OK):
+        folder = Path("/tmp")
+    return folder / LOCK_NAME
+
+
+@contextmanager
+def host_lock(path: Path, timeout_s: float) -> Iterator[None]:
+    """An exclusive flock on `path`, waited for at most `timeout_s` seconds."""
+    with path.open("a") as handle:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise PlatformError(
+                        FailureClass.INIT_HANG,
+                        f"waited {timeout_s:.0f} s for the device-init lock {path}",
+                        "another process on this host is stuck initialising a device; find it "
+                        f"with `fuser {path}` and stop it",
+                    ) from None
+                time.sleep(0.2)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def init_device(touch: Callable[[], None], what: str) -> None:
+    """Run `touch` (the first device operation) under the host lock, with timeout and retries.
+
+    A `touch` that does not return within the timeout is an init hang (reported at once, not
+    retried: the thread may be stuck in the driver); one that raises is retried with backoff,
+    then reported as a device init failure with the last error.
+    """
+    timeout_s = _setting(TIMEOUT_ENV, 120)
+    retries = int(_setting(RETRIES_ENV, 2))
+    with host_lock(lock_path(), timeout_s):
+        for attempt in range(retries + 1):
+            error = _run_with_timeout(touch, timeout_s)
+            if error is None:
+                if attempt:
+                    logger.info("sglx: %s came up on attempt %d", what, attempt + 1)
+                return
+            if isinstance(error, TimeoutError):
+                raise PlatformError(
+                    FailureClass.INIT_HANG,
+                    f"{what} did not finish initialising within {timeout_s:.0f} s",
+                    "check the device with the vendor tool (rocm-smi, xpu-smi), that no other "
+                    f"process holds it, and the kernel log; raise {TIMEOUT_ENV} only if the "
+                    "device is known to be slow to start",
+                )
+            logger.warning("sglx: %s init attempt %d failed: %s", what, attempt + 1, error)
+            if attempt < retries:
+                time.sleep(min(2.0**attempt, 10.0))
+        raise PlatformError(
+            FailureClass.DEVICE_INIT_FAILED,
+            f"{what} failed to initialise after {retries + 1} attempts: {error}",
+            "check that the device nodes are passed to the container and readable by its user, "
+            "and that the host driver matches the image (run sglx-preflight)",
+        )
+
+
+def _run_with_timeout(fn: Callable[[], None], timeout_s: float) -> BaseException | None:
+    outcome: list[BaseException | None] = []
+
+    def target() -> None:
+        try:
+            fn()
+            outcome.append(None)
+        except BaseException as exc:  # reported to the caller, classified there
+            outcome.append(exc)
+
+    thread = threading.Thread(target=target, name="sglx-device-init", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():
+        return TimeoutError()
+    return outcome[0]

@@ -1,0 +1,1 @@
+"""Helpers shared by test layers (fixture device trees, profile variants, a server runner)."""

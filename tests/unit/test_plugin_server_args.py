@@ -1,0 +1,215 @@
+"""Each arch applies its profile's defaults and refusals to sglang's real ServerArgs.
+
+`apply` runs the platform hook exactly the way sglang's resolution pipeline does
+(`record_foreign_defaults`, after snapshotting the raw input), then reads the resolved fields.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers.devices import make_kfd_host, make_kunlun_host
+from helpers.profiles import bake
+
+from sglx.profile import known_arches, load_profile
+from sglx_platform.failures import FailureClass, PlatformError
+from sglx_platform.platforms.base import server_arg_defaults
+from sglx_platform.server_args import unknown_fields
+
+HOSTS = {"gfx942": [90402], "gfx950": [90500], "gfx1151": [110501]}
+
+
+@pytest.fixture(scope="module")
+def demo_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from sglx.demo_model import make_demo_model
+
+    return make_demo_model(tmp_path_factory.mktemp("model") / "demo")
+
+
+def platform_for(arch: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    root = tmp_path / f"host-{arch}"
+    if not root.exists():
+        root.mkdir()
+        if arch in HOSTS:
+            make_kfd_host(root, HOSTS[arch])
+        elif arch == "kunlun":
+            make_kunlun_host(root, cards=1)
+    monkeypatch.setenv("SGLX_PROBE_ROOT", str(root))
+    monkeypatch.setenv("SGLX_PROFILE", str(bake(arch, tmp_path / arch / "arch.yaml")))
+    monkeypatch.setenv("SGLANG_PLATFORM", "sglx")
+    from sglang.srt.platforms import _resolve_platform
+
+    return _resolve_platform()
+
+
+def apply(
+    arch: str, argv: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, model: Path
+) -> Any:
+    from sglang.srt.arg_groups.arg_utils import record_fields
+    from sglang.srt.arg_groups.overrides import record_foreign_defaults, resolving_view
+    from sglang.srt.server_args import prepare_server_args
+
+    platform = platform_for(arch, tmp_path, monkeypatch)
+    args = prepare_server_args(["--model-path", str(model), *argv])
+    args._raw_input = {f.name: getattr(args, f.name) for f in record_fields(type(args))}
+    record_foreign_defaults(args, f"platform:{arch}", platform.apply_server_args_defaults)
+    return resolving_view(args)
+
+
+def test_every_profile_names_real_server_args_fields() -> None:
+    known = set(server_arg_defaults())
+    for arch in known_arches():
+        assert unknown_fields(load_profile(arch), known) == [], arch
+
+
+def test_gfx1151_defaults_to_triton_attention(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, demo_model: Path
+) -> None:
+    view = apply("gfx1151", [], tmp_path, monkeypatch, demo_model)
+    assert view.attention_backend == "triton"
+    assert view.mem_fraction_static == 0.85
+    assert view.context_length == 8192
+    assert view.max_running_requests == 16
+
+
+def test_a_users_explicit_flag_wins_over_a_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, demo_model: Path
+) -> None:
+    view = apply(
+        "gfx1151",
+        ["--attention-backend", "torch_native", "--mem-fraction-static", "0.7"],
+        tmp_path,
+        monkeypatch,
+        demo_model,
+    )
+    assert view.attention_backend == "torch_native"
+    assert view.mem_fraction_static == 0.7
+
+
+def test_gfx1151_refuses_fp8_kv_cache_and_says_what_to_use(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, demo_model: Path
+) -> None:
+    with pytest.raises(PlatformError) as caught:
+        apply("gfx1151", ["--kv-cache-dtype", "fp8_e4m3"], tmp_path, monkeypatch, demo_model)
+    assert caught.value.failure is FailureClass.CONFIG_REFUSED
+    assert "--kv-cache-dtype fp8_e4m3: gfx11 has no FP8 hardware" in caught.value.detail
+    assert "use --kv-cache-dtype auto" in caught.value.detail
+
+
+def test_gfx1151_only_warns_about_fp8_checkpoints(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    demo_model: Path,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    view = apply("gfx1151", ["--quantization", "fp8"], tmp_path, monkeypatch, demo_model)
+    assert view.quantization == "fp8"
+    # sglang routes logging to stderr with its own handler
+    assert "sglx: --quantization fp8: no FP8/FP4 hardware on gfx11" in capfd.readouterr().err
+
+
+def test_gfx942_refuses_e5m2_kv_cache_but_takes_e4m3(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, demo_model: Path
+) -> None:
+    view = apply("gfx942", ["--kv-cache-dtype", "fp8_e4m3"], tmp_path, monkeypatch, demo_model)
+    assert view.kv_cache_dtype == "fp8_e4m3"
+    assert view.attention_backend is None  # sglang's in-tree HIP heuristic picks aiter later
+    with pytest.raises(PlatformError, match="stores fp8_e5m2 as the platform's e4m3"):
+        apply("gfx942", ["--kv-cache-dtype", "fp8_e5m2"], tmp_path, monkeypatch, demo_model)
+
+
+def test_gfx942_refuses_mxfp4_which_gfx950_serves(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, demo_model: Path
+) -> None:
+    with pytest.raises(PlatformError, match="needs gfx950's FP4 units"):
+        apply("gfx942", ["--quantization", "mxfp4"], tmp_path, monkeypatch, demo_model)
+    view = apply("gfx950", ["--quantization", "mxfp4"], tmp_path, monkeypatch, demo_model)
+    assert view.quantization == "mxfp4"
+
+
+def test_kunlun_turns_off_its_disabled_features(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, demo_model: Path
+) -> None:
+    view = apply("kunlun", [], tmp_path, monkeypatch, demo_model)
+    assert view.attention_backend == "kunlun"
+    assert view.page_size == 128
+    assert view.disable_cuda_graph is True
+    assert view.disable_radix_cache is True
+    assert view.disable_overlap_schedule is True
+    assert view.disable_custom_all_reduce is True
+    assert view.grammar_backend == "none"
+
+
+def test_kunlun_refuses_a_forced_off_feature(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, demo_model: Path
+) -> None:
+    with pytest.raises(PlatformError) as caught:
+        apply("kunlun", ["--enable-torch-compile"], tmp_path, monkeypatch, demo_model)
+    assert "torch_compile is off on kunlun" in caught.value.detail
+
+
+def test_kunlun_refuses_speculative_decoding(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, demo_model: Path
+) -> None:
+    with pytest.raises(PlatformError, match="speculative decoding is not supported on kunlun"):
+        apply("kunlun", ["--speculative-algorithm", "EAGLE"], tmp_path, monkeypatch, demo_model)
+
+
+def test_cpu_bounds_the_kv_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, demo_model: Path
+) -> None:
+    view = apply("cpu", [], tmp_path, monkeypatch, demo_model)
+    assert view.max_total_tokens == 4096
+    assert view.mem_fraction_static == 0.05
+    assert view.device == "cpu"
+    with pytest.raises(PlatformError, match=r"--mem-fraction-static 0\.9: above 0\.5 on cpu"):
+        apply("cpu", ["--mem-fraction-static", "0.9"], tmp_path, monkeypatch, demo_model)
+
+
+def test_cpu_refuses_gpu_attention_backends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, demo_model: Path
+) -> None:
+    with pytest.raises(PlatformError, match="use --attention-backend torch_native"):
+        apply("cpu", ["--attention-backend", "triton"], tmp_path, monkeypatch, demo_model)
+
+
+def test_cpu_platform_survives_sglangs_whole_resolution(tmp_path: Path, demo_model: Path) -> None:
+    """The full pipeline (resolve_once) in a fresh process, where sglang resolves an attention
+    backend of its own before the platform hook runs."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "import json, sys\n"
+        "from sglang.srt.server_args import prepare_server_args\n"
+        "from sglang.srt.arg_groups.overrides import resolution_result\n"
+        "args = prepare_server_args(['--model-path', sys.argv[1]])\n"
+        "args.resolve_once()\n"
+        "print(json.dumps({f: resolution_result(args, f) for f in "
+        "('attention_backend', 'max_total_tokens', 'device', 'sampling_backend')}))\n"
+    )
+    env = {
+        **os.environ,
+        "SGLANG_PLATFORM": "sglx",
+        "SGLX_PROFILE": str(bake("cpu", tmp_path / "arch.yaml")),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", script, str(demo_model)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    resolved = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert resolved == {
+        "attention_backend": "torch_native",
+        "max_total_tokens": 4096,
+        "device": "cpu",
+        "sampling_backend": "pytorch",
+    }
