@@ -9,8 +9,9 @@ export VENV
 BIN := $(VENV)/bin
 SGLX := $(BIN)/sglx
 PYTEST_ARGS ?=
+BENCH ?= image
 
-.PHONY: help setup test lint unit docs validate
+.PHONY: help setup test lint unit docs validate image bench
 
 help: ## List the targets
 	@echo "sglx make targets (ARCH=$(ARCH); override with ARCH=gfx942 and so on):"
@@ -19,6 +20,14 @@ help: ## List the targets
 
 setup: ## Install Debian packages, start dockerd if no engine answers, create the venv
 	@bash scripts/bootstrap.sh
+
+image: setup ## Build the serving image for ARCH: wheels fetched if missing, base ensured, demo model if no MODEL=DIR
+	$(SGLX) wheels fetch --arch $(ARCH)
+	$(SGLX) base ensure --arch $(ARCH)
+	$(SGLX) image build --arch $(ARCH) $(if $(MODEL),--model $(MODEL)) $(if $(TAG),--tag $(TAG))
+
+bench: setup ## Run a benchmark: BENCH=image|scan|weights (kernels need a GPU: see bench/README.md)
+	$(BIN)/python bench/$(BENCH)/bench_$(BENCH).py
 
 test: setup lint ## Lint, then run every test (unit and real-engine integration)
 	$(BIN)/pytest $(PYTEST_ARGS)
@@ -32,9 +41,10 @@ lint: setup ## ruff (lint and format check) and mypy
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-docs: setup ## Regenerate docs/reference/profile.md from the profile schema
+docs: setup ## Regenerate docs/reference/profile.md and images/*/Dockerfile from their sources
 	$(SGLX) arch schema > docs/reference/profile.md.tmp
 	mv docs/reference/profile.md.tmp docs/reference/profile.md
+	$(SGLX) image render
 
 validate: setup ## Validate every arch profile against the schema
 	$(SGLX) arch validate

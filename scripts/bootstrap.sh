@@ -13,8 +13,9 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 VENV=${VENV:-.venv}
 PYTHON=${PYTHON:-python3}
 DOCKERD_LOG=${DOCKERD_LOG:-/var/log/sglx-dockerd.log}
-# Debian packages the tool and its tests use: the engine, debootstrap for the cpu base.
-APT_PACKAGES=(docker.io debootstrap)
+# Debian packages the tool and its tests use: the engine, debootstrap for the cpu base, and
+# pax-utils (lddtree), the baseline bench/scan compares against.
+APT_PACKAGES=(docker.io debootstrap pax-utils)
 
 say() { printf 'bootstrap: %s\n' "$*"; }
 die() { printf 'bootstrap: error: %s\n' "$*" >&2; exit 2; }
@@ -75,13 +76,16 @@ ensure_venv() {
   # Reinstall only when a file that defines the environment changed.
   local stamp="$VENV/.sglx-setup" want
   want=$(cat pyproject.toml plugin/pyproject.toml kernels/pyproject.toml scripts/bootstrap.sh \
-         | sha256sum | cut -d' ' -f1)
+         bundles/locks/cpu.txt | sha256sum | cut -d' ' -f1)
   if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
     say "venv $VENV is up to date"
     return 0
   fi
-  say "installing sglx, sglx-platform and sglx-kernels (editable, with dev dependencies) into $VENV"
+  say "installing the cpu serving stack (bundles/locks/cpu.txt: sglang, torch, ...) into $VENV"
   pip_quietly install --upgrade pip
+  # The same hash-locked set the cpu image installs: tests serve with exactly what ships.
+  pip_quietly install --no-deps --require-hashes -r bundles/locks/cpu.txt
+  say "installing sglx, sglx-platform and sglx-kernels (editable, with dev dependencies) into $VENV"
   pip_quietly install -e '.[dev]' -e './plugin[dev]' -e './kernels[dev]'
   echo "$want" >"$stamp"
 }

@@ -1,23 +1,28 @@
-"""`sglx base build`: make a base image from Debian packages with debootstrap, no registry.
+"""Base images, from no registry: `sglx base build` and `sglx base load`.
 
-The rootfs is debootstrapped into a scratch folder, trimmed, tarred and imported into the engine
-with `docker import` semantics (Docker SDK `import_image_from_file`). Labels record where it came
-from. Nothing is pulled from a container registry.
+`build` debootstraps a Debian rootfs into a scratch folder, trims it, tars it and imports it
+into the engine (Docker SDK `import_image_from_file`), with labels saying where it came from.
+`load` brings in a vendor base carried into the site as a tar (`docker save` output or an OCI
+layout), after checking its sha256.
 """
 
 from __future__ import annotations
 
+import io
+import json
 import os
 import shutil
 import subprocess
+import tarfile
 from pathlib import Path
+from typing import IO
 
 from sglx.engine import docker_client
 from sglx.errors import SglxError
 from sglx.profile import Profile
 from sglx.progress import Progress
 from sglx.report import Result, Table
-from sglx.util import run_streaming, scratch_dir
+from sglx.util import run_streaming, scratch_dir, sha256_file
 
 DEBOOTSTRAP_TIMEOUT_S = 1800
 # Emptied in the rootfs: package caches and manuals (licences in usr/share/doc stay).
@@ -112,3 +117,154 @@ def _empty_dir(path: Path) -> None:
                 shutil.rmtree(child)
             else:
                 child.unlink()
+
+
+def ensure_base(profile: Profile, *, mirror: str | None, progress: Progress) -> Result:
+    """The profile's base is in the engine: built now if sglx builds it, else how to get it."""
+    from docker.errors import ImageNotFound
+
+    client = docker_client()
+    try:
+        image = client.images.get(profile.base.ref)
+    except ImageNotFound:
+        if profile.base.source == "build":
+            return build_base(profile, tag=None, mirror=mirror, progress=progress)
+        raise SglxError(
+            f"the {profile.arch} base {profile.base.ref} is not in the engine",
+            hint=profile.base.obtain,
+            code="base_missing",
+        ) from None
+    return Result(
+        command=("base", "ensure"),
+        data={"tag": profile.base.ref, "id": image.id},
+        lines=(f"{profile.base.ref} is present ({image.id[:19]})",),
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# sglx base load
+# --------------------------------------------------------------------------------------------
+
+
+def load_base(
+    archive: Path,
+    *,
+    sha256: str | None,
+    tag: str | None,
+    profile: Profile | None,
+    progress: Progress,
+) -> Result:
+    """Load a base carried in as a docker-archive or OCI-layout tar, checksum verified."""
+    if not archive.is_file():
+        raise SglxError(
+            f"{archive}: no such file",
+            code="usage",
+            hint="pass the tar made on the connected side with `docker save`",
+        )
+    expected = _expected_sha256(archive, sha256)
+    progress(f"verifying sha256 of {archive.name} ({archive.stat().st_size / 1e9:.2f} GB)")
+    actual = sha256_file(archive)
+    if actual != expected:
+        raise SglxError(
+            f"{archive}: sha256 {actual} does not match the expected {expected}",
+            hint="the file is damaged or not the one that was checksummed: copy it "
+            "again from the connected side",
+            code="checksum_mismatch",
+        )
+    client = docker_client()
+    with scratch_dir("sglx-load-") as scratch:
+        loadable = _as_docker_archive(archive, scratch, tag)
+        progress(f"loading {archive.name} into the engine")
+        with loadable.open("rb") as handle:
+            images = client.images.load(handle)
+    if not images:
+        raise SglxError(
+            f"{archive}: the engine loaded no image from it",
+            code="usage",
+            hint="check that it is a `docker save` (or OCI layout) archive",
+        )
+    image = images[0]
+    if tag:
+        repository, _, version = tag.partition(":")
+        image.tag(repository, version or "latest")
+    if profile is not None and profile.base.digest and image.id != profile.base.digest:
+        raise SglxError(
+            f"loaded image {image.id} is not the base the {profile.arch} profile "
+            f"pins ({profile.base.digest})",
+            code="base_mismatch",
+            hint="carry in the archive of the pinned base image",
+        )
+    client_image = client.images.get(image.id)
+    tags = ", ".join(client_image.tags) or "(untagged)"
+    return Result(
+        command=("base", "load"),
+        data={"id": image.id, "tags": client_image.tags, "sha256": actual},
+        tables=(
+            Table(
+                ("image id", "tags", "size"),
+                ((image.id, tags, f"{client_image.attrs['Size'] / 1e9:.2f} GB"),),
+            ),
+        ),
+    )
+
+
+def _expected_sha256(archive: Path, given: str | None) -> str:
+    if given:
+        return given.lower().removeprefix("sha256:")
+    sidecar = archive.with_name(archive.name + ".sha256")
+    if sidecar.is_file():
+        return sidecar.read_text().split()[0].lower()
+    raise SglxError(
+        f"no checksum for {archive}: pass --sha256 HEX or put {sidecar.name} next to it",
+        hint=f"on the connected side: sha256sum {archive.name} > {sidecar.name}",
+        code="checksum_missing",
+    )
+
+
+def _as_docker_archive(archive: Path, scratch: Path, tag: str | None) -> Path:
+    """`archive` itself if it is a docker-archive; an OCI layout gets the manifest.json the
+    classic `docker load` reads, pointing at the OCI blobs (copied once, in a scratch file)."""
+    with tarfile.open(archive) as tar:
+        names = set(tar.getnames())
+        if "manifest.json" in names or "./manifest.json" in names:
+            return archive
+        if not ({"index.json", "./index.json"} & names):
+            raise SglxError(
+                f"{archive}: neither a docker-archive (manifest.json) nor an OCI "
+                "layout (index.json)",
+                code="usage",
+                hint="make it with `docker save -o FILE IMAGE`",
+            )
+        prefix = "./" if "./index.json" in names else ""
+        index = json.load(_member(tar, f"{prefix}index.json"))
+        descriptor = index["manifests"][0]
+        ref = tag or descriptor.get("annotations", {}).get("org.opencontainers.image.ref.name")
+        manifest = json.load(_member(tar, _blob(prefix, descriptor)))
+        docker_manifest = [
+            {
+                "Config": _blob(prefix, manifest["config"]),
+                "RepoTags": [ref] if ref and ":" in ref else [],
+                "Layers": [_blob(prefix, layer) for layer in manifest["layers"]],
+            }
+        ]
+        out = scratch / "docker-archive.tar"
+        with tarfile.open(out, "w") as converted:
+            for member in tar.getmembers():
+                converted.addfile(member, tar.extractfile(member) if member.isfile() else None)
+            data = json.dumps(docker_manifest).encode()
+            info = tarfile.TarInfo("manifest.json")
+            info.size = len(data)
+            converted.addfile(info, io.BytesIO(data))
+    return out
+
+
+def _blob(prefix: str, descriptor: dict[str, str]) -> str:
+    """Where an OCI layout keeps the blob a descriptor names."""
+    return f"{prefix}blobs/sha256/{descriptor['digest'].split(':')[1]}"
+
+
+def _member(tar: tarfile.TarFile, name: str) -> IO[bytes]:
+    handle = tar.extractfile(name)
+    if handle is None:
+        raise SglxError(f"{name} is not a file in the archive", code="usage")
+    return handle

@@ -144,6 +144,55 @@ def _add_base(
     p.add_argument("--mirror", help="Debian mirror URL (default: the profile's base.build.mirror)")
     p.set_defaults(func=_cmd_base_build)
 
+    p = verbs.add_parser(
+        "ensure",
+        parents=[common],
+        help="make sure the arch's base is in the engine (build it if sglx builds it)",
+        description="Nothing to do when the base is present; the cpu base is built (as by "
+        "`base build`); a vendor base that is missing is an error saying how to get it.",
+    )
+    p.add_argument("--arch", default=_default_arch(), help="arch profile (default: $ARCH or cpu)")
+    p.add_argument("--mirror", help="Debian mirror URL for a base sglx builds")
+    p.set_defaults(func=_cmd_base_ensure)
+
+    p = verbs.add_parser(
+        "load",
+        parents=[common],
+        help="load a vendor base carried in as a tar, checksum verified",
+        description="Load a base image from a `docker save` archive (or an OCI layout tar) made "
+        "on a connected machine. The sha256 comes from --sha256 or FILE.sha256 next to it "
+        "(sha256sum format); a mismatch loads nothing.",
+    )
+    p.add_argument("file", type=Path, metavar="FILE", help="the image archive")
+    p.add_argument("--sha256", help="expected sha256 of FILE (default: read FILE.sha256)")
+    p.add_argument("--tag", help="tag the loaded image (default: the tag in the archive)")
+    p.add_argument("--arch", help="check the loaded image against this arch's base.digest")
+    p.set_defaults(func=_cmd_base_load)
+
+
+def _cmd_base_ensure(args: argparse.Namespace) -> Result:
+    from sglx.base import ensure_base
+    from sglx.profile import load_profile
+    from sglx.progress import Progress
+
+    return ensure_base(
+        load_profile(args.arch), mirror=args.mirror, progress=Progress("base", quiet=args.quiet)
+    )
+
+
+def _cmd_base_load(args: argparse.Namespace) -> Result:
+    from sglx.base import load_base
+    from sglx.profile import load_profile
+    from sglx.progress import Progress
+
+    return load_base(
+        args.file,
+        sha256=args.sha256,
+        tag=args.tag,
+        profile=load_profile(args.arch) if args.arch else None,
+        progress=Progress("base load", quiet=args.quiet),
+    )
+
 
 def _cmd_base_build(args: argparse.Namespace) -> Result:
     from sglx.base import build_base
@@ -201,6 +250,373 @@ def _cmd_model_demo(args: argparse.Namespace) -> Result:
 
 
 # --------------------------------------------------------------------------------------------
+# sglx weights
+# --------------------------------------------------------------------------------------------
+
+
+def _add_weights(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
+    weights = sub.add_parser(
+        "weights",
+        help="convert, verify and check model weights",
+        description="Converted weights are a Hugging Face safetensors checkpoint re-stored in "
+        "the arch profile's dtype (weights.dtype), with a manifest (sglx-weights.json) of "
+        "every file and tensor. Reference: docs/reference/weights.md.",
+        epilog=EPILOG,
+    )
+    verbs = weights.add_subparsers(dest="verb", required=True, metavar="VERB")
+
+    p = verbs.add_parser(
+        "convert",
+        parents=[common],
+        help="convert a safetensors checkpoint to an arch's dtype, with a manifest",
+        description="Float tensors are stored in the profile's weights.dtype; integer and "
+        "quantized tensors are carried as they are; a quantization method the arch refuses "
+        "stops the conversion. Config, tokenizer and generation files are copied (config.json "
+        "with its dtype updated). DST appears only when complete: the output is staged in a "
+        "hidden folder next to it and renamed. NaN/Inf, overflow and damaged input stop the "
+        "run with nothing written.",
+    )
+    p.add_argument(
+        "src",
+        type=Path,
+        metavar="SRC",
+        help="checkpoint folder (config.json, *.safetensors, optional *.safetensors.index.json)",
+    )
+    p.add_argument("dst", type=Path, metavar="DST", help="new folder for the converted model")
+    p.add_argument("--arch", default=_default_arch(), help="arch profile (default: $ARCH or cpu)")
+    p.add_argument(
+        "--max-shard-size",
+        metavar="SIZE",
+        help="re-shard into files of at most SIZE (e.g. 5GB, 500MB, 2GiB); default: keep the "
+        "source's shards",
+    )
+    p.add_argument("--jobs", type=int, metavar="N", help="conversion threads (default: up to 4)")
+    p.set_defaults(func=_cmd_weights_convert)
+
+    p = verbs.add_parser(
+        "verify",
+        parents=[common],
+        help="re-check a converted model against its manifest",
+        description="Every file the manifest lists must be present with its size and sha256, "
+        "no other file may be present, and every shard header must match the manifest's "
+        "tensors. Exit 1 on any difference.",
+    )
+    p.add_argument("dst", type=Path, metavar="DST", help="converted model folder")
+    p.add_argument("--jobs", type=int, metavar="N", help="hashing threads (default: up to 4)")
+    p.set_defaults(func=_cmd_weights_verify)
+
+    p = verbs.add_parser(
+        "check",
+        parents=[common],
+        help="compare a converted model's numbers with its source",
+        description="Checks DST's structure (truncated shards, missing tensors), compares "
+        "every tensor with SRC (kept dtypes bit-identical, converted ones within rounding), "
+        "then loads both with transformers on CPU and compares logits on fixed prompts. "
+        "Exit 1 when anything is outside tolerance, NaN/Inf or truncated.",
+    )
+    p.add_argument("src", type=Path, metavar="SRC", help="the source checkpoint folder")
+    p.add_argument("dst", type=Path, metavar="DST", help="the converted model folder")
+    p.add_argument("--prompts", nargs="+", metavar="TEXT", help="prompts to compare logits on")
+    p.add_argument(
+        "--tolerance",
+        type=float,
+        metavar="REL",
+        help="max logit error relative to the largest logit (default: by the narrowest dtype "
+        "the conversion rounded to, docs/reference/weights.md)",
+    )
+    p.set_defaults(func=_cmd_weights_check)
+
+
+def _cmd_weights_convert(args: argparse.Namespace) -> Result:
+    from sglx.profile import load_profile
+    from sglx.progress import Progress
+    from sglx.weights.convert import convert_weights
+    from sglx.weights.plan import parse_size
+
+    return convert_weights(
+        args.src,
+        args.dst,
+        load_profile(args.arch),
+        max_shard_size=None if args.max_shard_size is None else parse_size(args.max_shard_size),
+        jobs=args.jobs,
+        progress=Progress("weights convert", quiet=args.quiet),
+    )
+
+
+def _cmd_weights_verify(args: argparse.Namespace) -> Result:
+    from sglx.progress import Progress
+    from sglx.weights.verify import verify_weights
+
+    return verify_weights(
+        args.dst, jobs=args.jobs, progress=Progress("weights verify", quiet=args.quiet)
+    )
+
+
+def _cmd_weights_check(args: argparse.Namespace) -> Result:
+    from sglx.progress import Progress
+    from sglx.weights.check import DEFAULT_PROMPTS, check_weights
+
+    return check_weights(
+        args.src,
+        args.dst,
+        prompts=tuple(args.prompts or DEFAULT_PROMPTS),
+        tolerance=args.tolerance,
+        progress=Progress("weights check", quiet=args.quiet),
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# sglx scan
+# --------------------------------------------------------------------------------------------
+
+
+def _add_scan(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
+    p = sub.add_parser(
+        "scan",
+        parents=[common],
+        help="resolve every ELF dependency of a tree, an image or a bundle, without running it",
+        description="Read every ELF file's DT_NEEDED, RPATH and RUNPATH (pyelftools) and "
+        "resolve them the way glibc's loader would inside the scanned root: its ld.so.conf, "
+        "system directories and LD_LIBRARY_PATH. With --arch, also check the profile's scan "
+        "rules (required, host-provided, forbidden and dlopen'ed libraries, data files). "
+        "Nothing scanned is executed. Exit 1 on any unresolved dependency or broken rule. "
+        "Reference: docs/reference/scan.md.",
+        epilog=EPILOG,
+    )
+    p.add_argument(
+        "paths",
+        nargs="*",
+        type=Path,
+        metavar="PATH",
+        help="a folder scanned as a root (an unpacked image, a venv); with --root, files or "
+        "folders inside that root",
+    )
+    p.add_argument("--image", metavar="REF", help="an image of the local engine (never started)")
+    p.add_argument(
+        "--bundle",
+        type=Path,
+        metavar="DIR",
+        help="a bundle folder: docker-archive *.tar files and wheelhouse/*.whl (provisional)",
+    )
+    p.add_argument(
+        "--root",
+        type=Path,
+        metavar="DIR",
+        help="resolve PATHs against this root instead (e.g. --root / for this machine)",
+    )
+    p.add_argument(
+        "--arch",
+        help="check this arch profile's scan rules (default: none, only unresolved dependencies)",
+    )
+    p.add_argument(
+        "--jobs",
+        type=int,
+        metavar="N",
+        help="processes reading ELF headers (default: the CPUs this process may use)",
+    )
+    p.set_defaults(func=_cmd_scan)
+
+
+def _cmd_scan(args: argparse.Namespace) -> Result:
+    from sglx.progress import Progress
+    from sglx.scan import Rules, default_jobs, scan_bundle, scan_image, scan_paths
+
+    if args.root is not None and not args.paths:
+        raise SglxError(
+            "--root goes with PATHs", hint="e.g. `sglx scan --root / PATH`", code="usage"
+        )
+    given = [bool(args.paths), args.image is not None, args.bundle is not None]
+    if sum(given) != 1:
+        raise SglxError(
+            "give exactly one of PATH, --image REF or --bundle DIR",
+            hint="e.g. `sglx scan --image sglx/cpu:latest --arch cpu`",
+            code="usage",
+        )
+    if args.jobs is not None and args.jobs < 1:
+        raise SglxError(f"--jobs {args.jobs}: must be 1 or more", code="usage")
+    rules = Rules()
+    if args.arch is not None:
+        from sglx.profile import load_profile
+
+        rules = Rules.from_profile(load_profile(args.arch))
+    jobs = args.jobs or default_jobs()
+    progress = Progress("scan", quiet=args.quiet)
+    if args.image is not None:
+        return scan_image(args.image, rules=rules, jobs=jobs, progress=progress)
+    if args.bundle is not None:
+        return scan_bundle(args.bundle, rules=rules, jobs=jobs, progress=progress)
+    return scan_paths(args.paths, root=args.root, rules=rules, jobs=jobs, progress=progress)
+
+
+# --------------------------------------------------------------------------------------------
+# sglx wheels
+# --------------------------------------------------------------------------------------------
+
+
+def _add_wheels(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
+    wheels = sub.add_parser(
+        "wheels",
+        help="lock, fetch and verify the frozen wheels of an arch",
+        description="bundles/locks/<arch>.txt pins every wheel an image installs on top of its "
+        "base, with sha256 hashes, resolved from the profile's python section for the image's "
+        "Python and platform. Images install from a wheelhouse with --no-index --require-hashes.",
+        epilog=EPILOG,
+    )
+    verbs = wheels.add_subparsers(dest="verb", required=True, metavar="VERB")
+
+    p = verbs.add_parser(
+        "lock",
+        parents=[common],
+        help="resolve the profile's requirements into bundles/locks/<arch>.txt",
+        description="Resolve python.requirements with pip's resolver for the image's Python and "
+        "glibc (never this machine's), leave out what the base provides, and write the lock "
+        "with hashes. --check only compares (exit 1 when stale).",
+    )
+    p.add_argument("--arch", default=_default_arch(), help="arch profile (default: $ARCH or cpu)")
+    p.add_argument(
+        "--find-links",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="extra wheel folder (e.g. the sglang wheel built from source)",
+    )
+    p.add_argument("--check", action="store_true", help="compare with the committed lock only")
+    p.set_defaults(func=_cmd_wheels_lock)
+
+    p = verbs.add_parser(
+        "fetch",
+        parents=[common],
+        help="download the locked wheels into a wheelhouse (connected side)",
+        description="Download every wheel of the lock with pip, hash-checked. Resumable: wheels "
+        "already present with the right hash are kept, damaged ones fetched again.",
+    )
+    p.add_argument("--arch", default=_default_arch(), help="arch profile (default: $ARCH or cpu)")
+    p.add_argument("--dest", type=Path, help="wheelhouse folder (default: wheelhouse/<arch>)")
+    p.set_defaults(func=_cmd_wheels_fetch)
+
+    p = verbs.add_parser(
+        "verify",
+        parents=[common],
+        help="check a wheelhouse against the lock (exit 1 on a missing or tampered wheel)",
+        description="Every locked wheel must be present with its sha256.",
+    )
+    p.add_argument("--arch", default=_default_arch(), help="arch profile (default: $ARCH or cpu)")
+    p.add_argument("--wheelhouse", type=Path, help="folder (default: wheelhouse/<arch>)")
+    p.set_defaults(func=_cmd_wheels_verify)
+
+
+def _cmd_wheels_lock(args: argparse.Namespace) -> Result:
+    from sglx.profile import load_profile
+    from sglx.progress import Progress
+    from sglx.wheels.steps import lock
+
+    return lock(
+        load_profile(args.arch),
+        args.find_links,
+        args.check,
+        Progress("wheels lock", quiet=args.quiet),
+    )
+
+
+def _cmd_wheels_fetch(args: argparse.Namespace) -> Result:
+    from sglx.profile import load_profile
+    from sglx.progress import Progress
+    from sglx.wheels.steps import fetch
+
+    return fetch(load_profile(args.arch), args.dest, Progress("wheels fetch", quiet=args.quiet))
+
+
+def _cmd_wheels_verify(args: argparse.Namespace) -> Result:
+    from sglx.profile import load_profile
+    from sglx.progress import Progress
+    from sglx.wheels.steps import verify
+
+    return verify(
+        load_profile(args.arch), args.wheelhouse, Progress("wheels verify", quiet=args.quiet)
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# sglx image
+# --------------------------------------------------------------------------------------------
+
+
+def _add_image(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
+    image = sub.add_parser(
+        "image",
+        help="render Dockerfiles and build per-arch serving images",
+        description="images/<arch>/Dockerfile is rendered from images/Dockerfile.j2 and the "
+        "arch profile, and committed. Builds run through the Docker SDK with no network.",
+        epilog=EPILOG,
+    )
+    verbs = image.add_subparsers(dest="verb", required=True, metavar="VERB")
+
+    p = verbs.add_parser(
+        "render",
+        parents=[common],
+        help="render images/<arch>/Dockerfile from the template (--check: report drift)",
+        description="Write every arch's Dockerfile (or the given ones). With --check nothing is "
+        "written and stale files are findings (exit 1).",
+    )
+    p.add_argument("arches", nargs="*", metavar="ARCH", help="arches (default: all)")
+    p.add_argument("--check", action="store_true", help="only report stale Dockerfiles")
+    p.set_defaults(func=_cmd_image_render)
+
+    p = verbs.add_parser(
+        "build",
+        parents=[common],
+        help="build the serving image of an arch",
+        description="Check the lock and the wheelhouse, convert the model (or generate the demo "
+        "model), import wheels and weights into the engine, build the committed Dockerfile with "
+        "no network and print tag, image id, size and the layers.",
+    )
+    p.add_argument("--arch", default=_default_arch(), help="arch profile (default: $ARCH or cpu)")
+    p.add_argument("--base", help="base image reference (default: the profile's base.ref)")
+    p.add_argument(
+        "--model",
+        type=Path,
+        help="Hugging Face checkpoint folder (default: a generated demo model)",
+    )
+    p.add_argument("--tag", help="image tag (default: sglx/<arch>:latest)")
+    p.add_argument("--wheelhouse", type=Path, help="wheel folder (default: wheelhouse/<arch>)")
+    p.add_argument(
+        "--no-cache", action="store_true", help="re-import wheels and weights, rebuild every layer"
+    )
+    p.set_defaults(func=_cmd_image_build)
+
+
+def _cmd_image_render(args: argparse.Namespace) -> Result:
+    from sglx.image.render import render
+
+    return render(args.arches, args.check)
+
+
+def _cmd_image_build(args: argparse.Namespace) -> Result:
+    from sglx.image.build import build_image
+    from sglx.profile import load_profile
+    from sglx.progress import Progress
+
+    return build_image(
+        load_profile(args.arch),
+        base=args.base,
+        model=args.model,
+        tag=args.tag,
+        wheels=args.wheelhouse,
+        progress=Progress("image", quiet=args.quiet),
+        no_cache=args.no_cache,
+    )
+
+
+# --------------------------------------------------------------------------------------------
 # main
 # --------------------------------------------------------------------------------------------
 
@@ -232,6 +648,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_arch(sub, common)
     _add_base(sub, common)
     _add_model(sub, common)
+    _add_wheels(sub, common)
+    _add_image(sub, common)
+    _add_weights(sub, common)
+    _add_scan(sub, common)
     return parser
 
 

@@ -5,7 +5,10 @@ Everything created carries the session's run id and is removed at the end of the
 
 from __future__ import annotations
 
+import contextlib
+import socket
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +22,18 @@ def docker() -> Any:
     return docker_client()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def no_leftover_images(docker: Any) -> Iterator[None]:
+    """Remove the untagged images this session's builds leave behind (the classic builder
+    keeps each build's intermediate stages), and only those: ids seen before are kept."""
+    before = {image.id for image in docker.images.list(all=True)}
+    yield
+    for image in docker.images.list(filters={"dangling": True}):
+        if image.id not in before:
+            with contextlib.suppress(Exception):
+                docker.images.remove(image.id)
+
+
 @pytest.fixture(scope="session")
 def cpu_base(docker: Any, run_id: str) -> Iterator[str]:
     """The cpu base image, debootstrapped from Debian by `sglx base build` (no registry)."""
@@ -28,3 +43,27 @@ def cpu_base(docker: Any, run_id: str) -> Iterator[str]:
     assert main(["base", "build", "--arch", "cpu", "--tag", tag]) == 0
     yield tag
     docker.images.remove(tag, force=True)
+
+
+@pytest.fixture(scope="session")
+def cpu_wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The cpu lock's wheels, fetched the way a connected builder does (`sglx wheels fetch`)."""
+    from sglx.cli import main
+
+    folder = tmp_path_factory.mktemp("wheelhouse") / "cpu"
+    assert main(["wheels", "fetch", "--arch", "cpu", "--dest", str(folder), "-q"]) == 0
+    return folder
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def remove_images(docker: Any, *tags: str) -> None:
+    from docker.errors import ImageNotFound
+
+    for tag in tags:
+        with contextlib.suppress(ImageNotFound):
+            docker.images.remove(tag, force=True)

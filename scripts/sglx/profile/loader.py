@@ -1,7 +1,8 @@
 """Reading profiles: YAML layers of an extends chain, merged, then validated.
 
 A profile may ``extends:`` shared fragments in `images/shared/<name>.yaml` (which may extend
-others). Mappings merge key by key; lists and scalars in the later file replace earlier ones.
+others). Mappings merge key by key; lists and scalars in the later file replace earlier ones;
+a key set to null removes what earlier files set.
 """
 
 from __future__ import annotations
@@ -121,10 +122,13 @@ def _walk_nodes(node: yaml.Node, prefix: KeyPath) -> Iterator[tuple[KeyPath, yam
 
 
 def _merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
-    """Mappings merge key by key; lists and scalars in `over` replace those in `base`."""
+    """Mappings merge key by key; lists and scalars in `over` replace those in `base`; a key
+    set to null in `over` is removed (the schema's default applies)."""
     merged = dict(base)
     for key, value in over.items():
-        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+        if value is None:
+            merged.pop(key, None)
+        elif isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
             merged[key] = _merge(merged[key], value)
         else:
             merged[key] = value

@@ -144,12 +144,25 @@ class Python(_Strict):
     version: Annotated[str, StringConstraints(strict=True, pattern=r"^3\.\d{1,2}$")] = Field(
         description='Major.minor of the serving Python, quoted ("3.11").'
     )
-    executable: AbsPath = Field(description="Interpreter that creates or owns the environment.")
-    venv: AbsPath | None = Field(
-        default=None,
-        description="Virtual environment sglx installs into; null = the base's own environment.",
+    executable: AbsPath = Field(description="The base's interpreter, which creates the venv.")
+    venv: AbsPath = Field(
+        description="Virtual environment sglx installs into. It sees the base's site-packages "
+        "when the base provides packages (base.provides), so the base's torch stays in charge."
+    )
+    glibc: Annotated[str, StringConstraints(strict=True, pattern=r"^2\.\d+$")] = Field(
+        description='glibc of the base, quoted ("2.36"); the lock takes manylinux wheels up to it.'
     )
     torch: Text = Field(description="PEP 440 specifier the image's torch must satisfy.")
+    requirements: dict[Name, StrictStr] = Field(
+        description="What sglx installs on top of the base: distribution -> PEP 440 version "
+        "specifier ('' = any). `sglx wheels lock` resolves them and their dependencies into "
+        "bundles/locks/<arch>.txt with hashes. A map so fragments can add to it."
+    )
+    no_deps: tuple[Name, ...] = Field(
+        default=(),
+        description="Requirements whose declared dependencies are not followed (sglang pins "
+        "CUDA-only kernels it does not need to serve here); what they need is listed instead.",
+    )
 
     @field_validator("torch")
     @classmethod
@@ -159,6 +172,23 @@ class Python(_Strict):
         except InvalidSpecifier as exc:
             raise ValueError(f"not a PEP 440 version specifier ({exc})") from None
         return value
+
+    @field_validator("requirements")
+    @classmethod
+    def _specifiers(cls, values: dict[str, str]) -> dict[str, str]:
+        for name, spec in values.items():
+            try:
+                SpecifierSet(spec)
+            except InvalidSpecifier as exc:
+                raise ValueError(f"{name}: {spec!r} is not a PEP 440 specifier ({exc})") from None
+        return values
+
+    @model_validator(mode="after")
+    def _no_deps_are_required(self) -> Python:
+        stray = sorted(set(self.no_deps) - set(self.requirements))
+        if stray:
+            raise ValueError(f"no_deps names {stray}, which are not in requirements")
+        return self
 
 
 class SGLang(_Strict):
@@ -389,10 +419,28 @@ class Scan(_Strict):
         default_factory=dict,
         description="Path globs (from the image root) of files read at run time that must exist.",
     )
+    optional_files: dict[AbsPath, Text] = Field(
+        default_factory=dict,
+        description="Path globs (from the image root) of plugins loaded only when their "
+        "optional dependency is configured: their unresolved dependencies are reported as "
+        "accepted, not as findings.",
+    )
+    loaded_first: dict[Pattern, Text] = Field(
+        default_factory=dict,
+        description="Sonames accepted when unresolved if a scanned file of that name exists "
+        "elsewhere in the root: the process loads it before the library that needs it (torch "
+        "before torchvision). Still a finding when no such file exists.",
+    )
 
     @model_validator(mode="after")
     def _no_overlap(self) -> Scan:
-        for a, b in (("require", "forbidden"), ("host_provided", "forbidden")):
+        pairs = (
+            ("require", "forbidden"),
+            ("host_provided", "forbidden"),
+            ("loaded_first", "forbidden"),
+            ("loaded_first", "host_provided"),
+        )
+        for a, b in pairs:
             both = set(getattr(self, a)) & set(getattr(self, b))
             if both:
                 raise ValueError(f"{sorted(both)} listed in both '{a}' and '{b}'")
@@ -402,7 +450,9 @@ class Scan(_Strict):
 class VersionFloor(_Strict):
     """A minimum version on the host, and where to read the installed one."""
 
-    min_version: Text | None = Field(description="Lowest known-good version; null = unpinned.")
+    min_version: Text | None = Field(
+        default=None, description="Lowest known-good version; null = unpinned."
+    )
     version_file: AbsPath | None = Field(default=None, description="Where the host reports it.")
     note: Text = Field(description="Source of the floor, or why it is not pinned.")
 

@@ -1,0 +1,187 @@
+"""Benchmark `sglx image build` and the image it makes, with ratios against their baselines.
+
+    .venv/bin/python bench/image/bench_image.py [--arch cpu] [--json] [--out FILE]
+
+Measures, on the same machine and engine:
+- cold build: wheels and weights re-imported, every layer rebuilt (`--no-cache`);
+- plugin-only rebuild: one line appended to a plugin file, normal build (ratio to cold; target
+  <= 5%);
+- image size against base + payload, where payload is the unpacked size of the locked wheels and
+  of sglx's own wheels plus the weights (overhead target <= 5%);
+- container start to first completion (docker run until /v1/completions answers).
+
+It needs the arch's base in the engine and a complete wheelhouse (`make image` provides both).
+The images it builds carry a unique tag and are removed at the end; the timing of each step is
+its wall time (the machine's other load shows up in it, so run it on a quiet machine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import platform
+import socket
+import sys
+import time
+import urllib.request
+import uuid
+import zipfile
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+PLUGIN_FILE = REPO / "plugin" / "sglx_platform" / "failures.py"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--arch", default="cpu")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    parser.add_argument("--out", type=Path, help="also write the JSON results to this file")
+    args = parser.parse_args()
+
+    from sglx.engine import docker_client
+    from sglx.image.build import build_image
+    from sglx.profile import load_profile
+    from sglx.progress import Progress
+    from sglx.wheels.steps import default_wheelhouse, load_lock
+
+    profile = load_profile(args.arch)
+    client = docker_client()
+    run = uuid.uuid4().hex[:8]
+    quiet = Progress("bench", quiet=True)
+    tags = [f"sglx-bench/{args.arch}-cold:{run}", f"sglx-bench/{args.arch}-rebuilt:{run}"]
+    results: dict[str, Any] = {
+        "arch": args.arch,
+        "host": platform.node(),
+        "cpus": _cpus(),
+        "engine": client.version()["Version"],
+    }
+    payloads: list[str] = []
+    before = {image.id for image in client.images.list(all=True)}
+    try:
+        started = time.perf_counter()
+        cold = build_image(
+            profile, base=None, model=None, tag=tags[0], wheels=None, progress=quiet, no_cache=True
+        )
+        results["cold_build_s"] = time.perf_counter() - started
+        payloads += cold.data["payload_images"]
+
+        original = PLUGIN_FILE.read_text()
+        try:
+            PLUGIN_FILE.write_text(original + f"\n# bench {run}\n")
+            started = time.perf_counter()
+            build_image(profile, base=None, model=None, tag=tags[1], wheels=None, progress=quiet)
+            results["plugin_rebuild_s"] = time.perf_counter() - started
+        finally:
+            PLUGIN_FILE.write_text(original)
+        results["rebuild_ratio"] = results["plugin_rebuild_s"] / results["cold_build_s"]
+
+        image = client.images.get(tags[0])
+        base = client.images.get(profile.base.ref)
+        lock = load_lock(profile)
+        wheels = default_wheelhouse(args.arch)
+        payload = sum(_unpacked(wheels / w.filename) for w in lock.wheels)
+        payload += _weights_bytes(client, tags[0])
+        results.update(
+            image_bytes=image.attrs["Size"],
+            base_bytes=base.attrs["Size"],
+            payload_bytes=payload,
+        )
+        results["size_overhead"] = (image.attrs["Size"] - base.attrs["Size"]) / payload - 1
+
+        results["start_to_first_completion_s"] = _start_to_completion(client, tags[0])
+    finally:
+        leftovers = [
+            i.id for i in client.images.list(filters={"dangling": True}) if i.id not in before
+        ]  # the builds' intermediate stages
+        for ref in [*tags, *payloads, *leftovers]:  # best effort: never mask the result
+            with contextlib.suppress(Exception):
+                client.images.remove(ref, force=True)
+    results["targets"] = {
+        "rebuild_at_most_5pct_of_cold": results["rebuild_ratio"] <= 0.05,
+        "size_overhead_at_most_5pct": results["size_overhead"] <= 0.05,
+    }
+    if args.out:
+        args.out.write_text(json.dumps(results, indent=2) + "\n")
+    if args.json:
+        print(json.dumps(results, indent=2))
+    else:
+        _print_table(results)
+    return 0
+
+
+def _cpus() -> int:
+    import os
+
+    return os.cpu_count() or 0
+
+
+def _unpacked(wheel: Path) -> int:
+    with zipfile.ZipFile(wheel) as archive:
+        return sum(info.file_size for info in archive.infolist())
+
+
+def _weights_bytes(client: Any, tag: str) -> int:
+    out = client.containers.run(
+        tag,
+        ["-c", "du -sb /models | cut -f1"],
+        entrypoint="/bin/sh",
+        remove=True,
+        network_mode="none",
+    )
+    return int(out.decode().split()[0])
+
+
+def _start_to_completion(client: Any, tag: str) -> float:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    body = json.dumps(
+        {"model": "demo", "prompt": "Hello", "max_tokens": 4, "temperature": 0}
+    ).encode()
+    started = time.perf_counter()
+    container = client.containers.run(tag, ["--port", str(port)], detach=True, network_mode="host")
+    try:
+        while time.perf_counter() - started < 900:
+            try:
+                request = urllib.request.Request(
+                    f"http://127.0.0.1:{port}/v1/completions",
+                    data=body,
+                    headers={"content-type": "application/json"},
+                )
+                with urllib.request.urlopen(request, timeout=10) as reply:
+                    if reply.status == 200:
+                        return time.perf_counter() - started
+            except OSError:
+                time.sleep(0.5)
+        raise TimeoutError("no completion within 900 s")
+    finally:
+        container.remove(force=True)
+
+
+def _print_table(r: dict[str, Any]) -> None:
+    rows = [
+        ("cold build (no cache)", f"{r['cold_build_s']:.1f} s", "1.00 (baseline)"),
+        (
+            "plugin-only rebuild",
+            f"{r['plugin_rebuild_s']:.1f} s",
+            f"{r['rebuild_ratio']:.3f} of cold (target <= 0.05)",
+        ),
+        ("image size", f"{r['image_bytes'] / 1e9:.2f} GB", ""),
+        (
+            "base + payload",
+            f"{(r['base_bytes'] + r['payload_bytes']) / 1e9:.2f} GB",
+            f"overhead {r['size_overhead']:+.1%} (target <= 5%)",
+        ),
+        ("start to first completion", f"{r['start_to_first_completion_s']:.1f} s", ""),
+    ]
+    print(f"sglx image bench: arch {r['arch']}, {r['cpus']} cpus, engine {r['engine']}")
+    width = max(len(a) for a, _, _ in rows)
+    for name, value, ratio in rows:
+        print(f"  {name:<{width}}  {value:>10}  {ratio}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

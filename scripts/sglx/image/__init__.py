@@ -1,0 +1,1 @@
+"""Images: Dockerfiles rendered from profiles, and builds through the Docker SDK."""

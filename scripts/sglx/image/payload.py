@@ -1,0 +1,76 @@
+"""The heavy inputs of an image build, brought into the engine as images of their own.
+
+The frozen wheels and the converted weights are packed into tars and imported (`docker
+import`, no registry, no build context upload). The Dockerfile copies from them, so a rebuild
+that changes only sglx's code sends a context of a few hundred kB, and the engine's layer cache
+keeps the venv and the weights. Tags are content-addressed: the same lock or the same weights
+manifest is imported once.
+"""
+
+from __future__ import annotations
+
+import tarfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from sglx.progress import Progress
+from sglx.util import scratch_dir
+from sglx.wheels.lockfile import Lock
+
+
+def _normalise(info: tarfile.TarInfo) -> tarfile.TarInfo:
+    info.uid = info.gid = 0
+    info.uname = info.gname = "root"
+    info.mode = 0o755 if info.isdir() else 0o644
+    return info
+
+
+def _import(
+    client: Any,
+    tag: str,
+    members: Iterable[tuple[Path, str]],
+    progress: Progress,
+    what: str,
+    reuse: bool,
+) -> str:
+    from docker.errors import ImageNotFound
+
+    try:
+        client.images.get(tag)
+        if reuse:
+            progress(f"{what}: reusing {tag}")
+            return tag
+    except ImageNotFound:
+        pass
+    repository, _, version = tag.partition(":")
+    with scratch_dir("sglx-payload-") as scratch:
+        archive = scratch / "payload.tar"
+        total = 0
+        with tarfile.open(archive, "w") as tar:
+            for source, name in members:
+                tar.add(source, arcname=name, recursive=False, filter=_normalise)
+                total += source.stat().st_size if source.is_file() else 0
+        progress(f"{what}: importing {total / 1e9:.2f} GB as {tag}")
+        client.api.import_image_from_file(str(archive), repository=repository, tag=version)
+    return tag
+
+
+def wheelhouse_image(
+    client: Any, lock: Lock, lock_file: Path, folder: Path, progress: Progress, *, reuse: bool
+) -> str:
+    """An image holding /wheelhouse: exactly the locked wheels and the lock itself."""
+    tag = f"sglx/wheelhouse:{lock.arch}-{lock.digest.split(':')[1][:16]}"
+    members = [(folder, "wheelhouse")]
+    members += [(folder / w.filename, f"wheelhouse/{w.filename}") for w in lock.wheels]
+    members.append((lock_file, "wheelhouse/lock.txt"))
+    return _import(client, tag, members, progress, "wheels", reuse)
+
+
+def weights_image(client: Any, model: Path, digest: str, progress: Progress, *, reuse: bool) -> str:
+    """An image holding /models/model: the converted weights and their manifest."""
+    tag = f"sglx/weights:{digest.split(':')[1][:16]}"
+    members = [(model, "models"), (model, "models/model")]
+    for path in sorted(model.rglob("*")):
+        members.append((path, f"models/model/{path.relative_to(model)}"))
+    return _import(client, tag, members, progress, "weights", reuse)

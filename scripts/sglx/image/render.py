@@ -1,0 +1,89 @@
+"""Render images/<arch>/Dockerfile from the one template, images/Dockerfile.j2.
+
+The template receives the Profile and a few paths derived from it; it never works an arch fact
+out for itself. Rendered files are committed so users can read them; `sglx image render
+--check` fails when one is stale (a unit test runs it).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from sglx.profile import Profile, images_dir, known_arches, load_profile
+from sglx.profile.loader import display_path
+from sglx.report import Finding, Result, Table
+from sglx.util import atomic_write_text
+
+TEMPLATE = "Dockerfile.j2"
+MODEL_DIR = "/models/model"
+CACHE_DIR = "/var/cache/sglx"
+
+
+def context(profile: Profile) -> dict[str, Any]:
+    user = profile.container.user
+    home = "/root" if user == "root" else f"/home/{user}"
+    return {
+        "profile": profile,
+        "venv": profile.python.venv,
+        # A base that provides packages (its torch) must stay visible inside the venv.
+        "system_site_packages": bool(profile.base.provides),
+        "user": user,
+        "home": home,
+        "model_dir": MODEL_DIR,
+        "writable": [CACHE_DIR, "/models"],
+    }
+
+
+def render_dockerfile(profile: Profile, root: Path | None = None) -> str:
+    import jinja2
+
+    root = images_dir() if root is None else root
+    environment = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(root)),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,
+    )
+    return environment.get_template(TEMPLATE).render(**context(profile))
+
+
+def dockerfile_path(arch: str) -> Path:
+    return images_dir() / arch / "Dockerfile"
+
+
+def stale(arch: str) -> bool:
+    path = dockerfile_path(arch)
+    return not path.is_file() or path.read_text() != render_dockerfile(load_profile(arch))
+
+
+def render(arches: list[str], check: bool) -> Result:
+    rows = []
+    findings = []
+    for arch in arches or known_arches():
+        path = dockerfile_path(arch)
+        text = render_dockerfile(load_profile(arch))
+        current = path.read_text() if path.is_file() else None
+        if current == text:
+            rows.append((display_path(path), "up to date"))
+        elif check:
+            rows.append((display_path(path), "STALE"))
+            findings.append(
+                Finding(
+                    "dockerfile_stale",
+                    f"{display_path(path)} differs from "
+                    f"the template rendered with images/{arch}/arch.yaml",
+                    hint="run `sglx image render` and commit the result",
+                )
+            )
+        else:
+            atomic_write_text(path, text)
+            rows.append((display_path(path), "written"))
+    return Result(
+        ("image", "render"),
+        data={"dockerfiles": dict(rows)},
+        tables=(Table(("dockerfile", "state"), tuple(rows)),),
+        findings=tuple(findings),
+    )

@@ -1,0 +1,14 @@
+"""`sglx scan`: resolve every ELF dependency of a tree, an image or a bundle without running it.
+
+Modules, one job each: `elf` reads headers (pyelftools), `rootfs` reads a root as a chroot would,
+`abi` and `ldconf` hold the loader's defaults and the root's ld.so.conf, `loader` resolves like
+glibc's ld.so, `inventory` finds and reads the ELF files (in parallel), `rules` checks the arch
+profile's scan rules, `analysis` runs one scan, `result` turns scans into a `Result`, `layers`
+unpacks image tars safely, `image` and `bundle` get roots out of the engine and bundle folders,
+and `command` ties them to the CLI. docs/reference/scan.md describes the behaviour.
+"""
+
+from sglx.scan.command import default_jobs, scan_bundle, scan_image, scan_paths, tree_target
+from sglx.scan.rules import Rules
+
+__all__ = ["Rules", "default_jobs", "scan_bundle", "scan_image", "scan_paths", "tree_target"]

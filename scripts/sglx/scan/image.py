@@ -1,0 +1,82 @@
+"""Get an image's filesystem and environment out of the Docker engine without starting it.
+
+We create a container from the image (never started, no network) and stream
+`container.export()` into a scratch root, then remove the container. Export was chosen over
+`image.save()`: the engine hands over the final filesystem in one tar, so there are no layers to
+apply, no whiteouts to honour and no files that later layers deleted; a save stream carries every
+layer, often much more data. The container exists only for the export. The environment comes
+from the image config (`Config.Env`), which is what a container of the image would get.
+"""
+
+from __future__ import annotations
+
+import io
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sglx.engine import docker_client
+from sglx.errors import SglxError
+from sglx.progress import Progress
+from sglx.scan.layers import IterStream, RootWriter
+
+_EXPORT_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class ImageFacts:
+    ref: str
+    image_id: str
+    env: dict[str, str]
+
+
+def export_image(ref: str, dest: Path, progress: Progress) -> ImageFacts:
+    """Unpack image `ref` into `dest` and return its id and environment."""
+    from docker.errors import APIError, ImageNotFound
+
+    client = docker_client()
+    try:
+        image = client.images.get(ref)
+    except ImageNotFound:
+        raise SglxError(
+            f"no image '{ref}' in the local Docker engine",
+            hint="list images with `docker images`; load an archive with `docker load -i FILE`, "
+            "or scan the archive's folder with --bundle",
+            code="usage",
+        ) from None
+    facts = ImageFacts(ref=ref, image_id=image.id, env=parse_env(image.attrs))
+    name = f"sglx-scan-{uuid.uuid4().hex[:12]}"
+    progress(f"exporting {ref} ({image.short_id}) through a container that is never started")
+    try:
+        container = client.containers.create(
+            image.id,
+            command=["/sglx-scan-never-started"],
+            name=name,
+            network_disabled=True,
+            labels={"sglx.purpose": "scan-export"},
+        )
+    except APIError as exc:
+        raise SglxError(
+            f"cannot create a container from '{ref}' to export its files: {exc.explanation}",
+            hint="check the engine with `docker info`",
+            code="environment",
+        ) from None
+    try:
+        stream = io.BufferedReader(IterStream(iter(container.export(chunk_size=_EXPORT_CHUNK))))
+        writer = RootWriter(dest, progress)
+        writer.apply(stream, whiteouts=False)
+        progress(f"unpacked {writer.stats.bytes >> 20} MiB in {writer.stats.members} entries")
+    finally:
+        container.remove(force=True)
+    return facts
+
+
+def parse_env(attrs: dict[str, Any]) -> dict[str, str]:
+    """`KEY=VALUE` strings of an image config (engine attrs or an archive's config JSON)."""
+    config = attrs.get("Config") or attrs.get("config") or {}
+    env: dict[str, str] = {}
+    for item in config.get("Env") or ():
+        key, _, value = str(item).partition("=")
+        env[key] = value
+    return env

@@ -1,0 +1,144 @@
+"""The weights manifest (`sglx-weights.json`): what a converted model is and where it came from.
+
+The manifest sits next to the weights and lists every other file of the folder (size, sha256),
+every tensor (name, shard, dtype, shape, source dtype), the source checkpoint's digest, the
+converter's version and the arch whose dtype policy was applied. It holds no time stamp or
+path, so converting the same checkpoint for the same arch with the same sglx gives the same
+manifest, byte for byte.
+
+The *weights digest* names a converted model as a whole: ``sha256:`` + the sha256 of the
+manifest's canonical JSON (keys sorted, no whitespace, UTF-8). Images carry it as a label and
+bundles reference it; `manifest_digest` is the one function that computes it. The format is
+documented in docs/reference/weights.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+
+from sglx.errors import SglxError
+from sglx.util import atomic_write_text
+
+MANIFEST_NAME = "sglx-weights.json"
+FORMAT: Literal["sglx-weights"] = "sglx-weights"
+FORMAT_VERSION: Literal[1] = 1
+Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
+Digest = Annotated[str, StringConstraints(pattern=r"^sha256:[0-9a-f]{64}$")]
+FileName = Annotated[str, StringConstraints(pattern=r"^[^/\\]+$")]
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+
+class FileRecord(_Record):
+    """One file: its name in the folder, size in bytes and sha256 (hex)."""
+
+    name: FileName
+    size: int = Field(ge=0)
+    sha256: Sha256
+
+
+class TensorRecord(_Record):
+    """One tensor of the converted weights."""
+
+    name: str
+    file: FileName
+    dtype: str
+    shape: tuple[int, ...]
+    source_dtype: str
+
+
+class SourceRecord(_Record):
+    """The checkpoint the weights were converted from."""
+
+    digest: Digest
+    files: tuple[FileRecord, ...]
+
+
+class ConverterRecord(_Record):
+    name: Literal["sglx"] = "sglx"
+    version: str
+
+
+class Manifest(_Record):
+    """The whole manifest (format version 1)."""
+
+    format: Literal["sglx-weights"] = FORMAT
+    format_version: Literal[1] = FORMAT_VERSION
+    converter: ConverterRecord
+    arch: str
+    dtype: str
+    quantization: str | None
+    source: SourceRecord
+    files: tuple[FileRecord, ...]
+    tensors: tuple[TensorRecord, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+
+def canonical_json(document: Any) -> bytes:
+    """Keys sorted, no whitespace, UTF-8: the bytes every digest in the manifest is taken over."""
+    return json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def source_digest(files: tuple[FileRecord, ...]) -> str:
+    """Digest of a source checkpoint: sha256 of the canonical JSON list of its file records."""
+    listing = [f.model_dump(mode="json") for f in sorted(files, key=lambda f: f.name)]
+    return "sha256:" + hashlib.sha256(canonical_json(listing)).hexdigest()
+
+
+def manifest_path(path: Path) -> Path:
+    """`path` itself when it is a file, else the manifest inside the folder `path`."""
+    return path / MANIFEST_NAME if path.is_dir() else path
+
+
+def read_manifest(path: Path) -> Manifest:
+    """Load and validate the manifest of a converted model folder (or the manifest file)."""
+    file = manifest_path(path)
+    if not file.is_file():
+        raise SglxError(
+            f"{file}: no weights manifest",
+            hint="this folder was not written by 'sglx weights convert'; convert the checkpoint",
+            code="no_manifest",
+            path=str(file),
+        )
+    try:
+        # JSON mode: strict models still take JSON arrays for tuples.
+        return Manifest.model_validate_json(file.read_bytes())
+    except OSError as exc:
+        raise SglxError(
+            f"{file}: not readable JSON: {exc}", code="corrupt", path=str(file)
+        ) from None
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "(top level)"
+        raise SglxError(
+            f"{file}: not a version-{FORMAT_VERSION} sglx weights manifest: {where}: "
+            f"{first['msg']} ({exc.error_count()} problem(s))",
+            hint="re-convert the checkpoint with this sglx, or use the sglx that wrote it",
+            code="corrupt",
+            path=str(file),
+        ) from None
+
+
+def manifest_digest(path: Path) -> str:
+    """The weights digest (``sha256:...``) of a converted model folder or its manifest file.
+
+    The image build puts it in the OCI label; bundles reference it.
+    """
+    manifest = read_manifest(path)
+    return "sha256:" + hashlib.sha256(canonical_json(manifest.to_json())).hexdigest()
+
+
+def write_manifest(folder: Path, manifest: Manifest) -> Path:
+    """Write the manifest (indented for people; the digest ignores whitespace) atomically."""
+    path = folder / MANIFEST_NAME
+    atomic_write_text(path, json.dumps(manifest.to_json(), indent=2, sort_keys=True) + "\n")
+    return path

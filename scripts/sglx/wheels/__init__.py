@@ -1,0 +1,1 @@
+"""Frozen wheels: locks generated from the profile, wheelhouses filled and verified offline."""

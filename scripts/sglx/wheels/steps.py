@@ -1,0 +1,143 @@
+"""`sglx wheels lock | fetch | verify`: each returns a Result for the CLI to render."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from sglx.errors import SglxError
+from sglx.profile import Profile, images_dir
+from sglx.profile.loader import display_path
+from sglx.progress import Progress
+from sglx.report import Finding, Result, Table
+from sglx.util import atomic_write_text
+from sglx.wheels import lockfile, wheelhouse
+from sglx.wheels.resolve import resolve
+from sglx.wheels.target import target_of
+
+WHEELHOUSE_ENV = "SGLX_WHEELHOUSE"
+
+
+def lock_path(arch: str) -> Path:
+    return lockfile.locks_dir(images_dir()) / f"{arch}.txt"
+
+
+def default_wheelhouse(arch: str) -> Path:
+    """$SGLX_WHEELHOUSE/<arch> if set, else wheelhouse/<arch> in the checkout."""
+    root = os.environ.get(WHEELHOUSE_ENV)
+    return Path(root) / arch if root else images_dir().parent / "wheelhouse" / arch
+
+
+def load_lock(profile: Profile) -> lockfile.Lock:
+    """The arch's lock, refused when stale or when it would replace the base's packages."""
+    path = lock_path(profile.arch)
+    lock = lockfile.parse(path)
+    if lock.inputs != lockfile.inputs_digest(profile):
+        raise SglxError(
+            f"{display_path(path)} is stale: the {profile.arch} profile's python, base or "
+            "sglang section changed since it was generated",
+            hint=f"regenerate it: sglx wheels lock --arch {profile.arch}",
+            code="lock_stale",
+        )
+    replaced = sorted(lock.names() & {lockfile.canonical(n) for n in profile.base.provides})
+    if replaced:
+        raise SglxError(
+            f"{display_path(path)} would replace {', '.join(replaced)}, which the base "
+            f"{profile.base.ref} provides",
+            hint="regenerate the lock with `sglx wheels lock`, which leaves them out",
+            code="lock_replaces_base",
+        )
+    return lock
+
+
+def lock(profile: Profile, find_links: Sequence[Path], check: bool, progress: Progress) -> Result:
+    path = lock_path(profile.arch)
+    new = resolve(profile, find_links=find_links, progress=progress)
+    text = lockfile.render(new, f"images/{profile.arch}/arch.yaml")
+    data = {
+        "lock": str(path),
+        "wheels": len(new.wheels),
+        "digest": new.digest,
+        "sglang": new.header["sglang"],
+        "notes": list(new.notes),
+    }
+    if check:
+        current = path.read_text() if path.is_file() else ""
+        findings = (
+            ()
+            if current == text
+            else (
+                Finding(
+                    "lock_stale",
+                    f"{display_path(path)} differs from a fresh resolution",
+                    hint=f"sglx wheels lock --arch {profile.arch}",
+                ),
+            )
+        )
+        return Result(
+            ("wheels", "lock"),
+            data=data,
+            findings=findings,
+            lines=(f"{display_path(path)}: {'up to date' if not findings else 'stale'}",),
+        )
+    atomic_write_text(path, text)
+    rows = tuple((w.name, w.version, w.filename) for w in new.wheels)
+    return Result(
+        ("wheels", "lock"),
+        data=data,
+        tables=(
+            Table(
+                ("package", "version", "wheel"),
+                rows,
+                title=f"{display_path(path)}: {len(rows)} wheels",
+            ),
+        ),
+        lines=tuple(f"note: {n}" for n in new.notes),
+    )
+
+
+def fetch(profile: Profile, dest: Path | None, progress: Progress) -> Result:
+    current = load_lock(profile)
+    dest = dest or default_wheelhouse(profile.arch)
+    downloaded = wheelhouse.fetch(
+        current, lock_path(profile.arch), target_of(profile), dest, progress
+    )
+    size = sum((dest / w.filename).stat().st_size for w in current.wheels)
+    return Result(
+        ("wheels", "fetch"),
+        data={
+            "wheelhouse": str(dest),
+            "wheels": len(current.wheels),
+            "downloaded": downloaded,
+            "bytes": size,
+        },
+        lines=(
+            f"{dest}: {len(current.wheels)} wheels ({size / 1e9:.2f} GB), {downloaded} "
+            "downloaded now, all hashes match the lock",
+        ),
+    )
+
+
+def verify(profile: Profile, folder: Path | None, progress: Progress) -> Result:
+    current = load_lock(profile)
+    folder = folder or default_wheelhouse(profile.arch)
+    if not folder.is_dir():
+        raise SglxError(
+            f"no wheelhouse at {folder}",
+            code="wheelhouse_missing",
+            hint=f"sglx wheels fetch --arch {profile.arch} --dest {folder}",
+        )
+    problems = wheelhouse.verify(current, folder, progress)
+    findings = tuple(
+        Finding(f"wheel_{p.kind}", p.detail, path=str(folder / p.wheel.filename)) for p in problems
+    )
+    return Result(
+        ("wheels", "verify"),
+        data={"wheelhouse": str(folder), "wheels": len(current.wheels), "problems": len(problems)},
+        findings=findings,
+        lines=(
+            f"{folder}: {len(current.wheels) - len(problems)} of "
+            f"{len(current.wheels)} wheels match the lock",
+        ),
+    )

@@ -1,0 +1,156 @@
+"""`sglx image build` on the cpu reference: a real image serves like transformers.
+
+One cold build (demo model, base debootstrapped by the session), one container answering
+/health, /v1/models and a greedy completion, and one rebuild after touching only plugin code.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import free_port, remove_images
+from helpers.server import http, transformers_greedy, wait_healthy
+
+from sglx.cli import main
+from sglx.profile import load_profile
+from sglx.wheels.steps import load_lock
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+PLUGIN_FILE = Path(__file__).resolve().parents[2] / "plugin" / "sglx_platform" / "failures.py"
+
+
+def build(*args: str) -> dict[str, Any]:
+    import contextlib
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(["image", "build", "--json", "-q", *args])
+    envelope = json.loads(out.getvalue())
+    assert code == 0, envelope["errors"]
+    data: dict[str, Any] = envelope["data"]
+    return data
+
+
+@pytest.fixture(scope="module")
+def cpu_image(docker: Any, cpu_base: str, cpu_wheelhouse: Path, run_id: str) -> Iterator[dict]:
+    tag = f"sglx-test/cpu:{run_id}"
+    data = build(
+        "--arch", "cpu", "--base", cpu_base, "--wheelhouse", str(cpu_wheelhouse), "--tag", tag
+    )
+    yield data
+    remove_images(docker, tag, *data["payload_images"])
+
+
+def test_image_is_labelled_with_what_it_carries(docker: Any, cpu_image: dict) -> None:
+    labels = docker.images.get(cpu_image["tag"]).labels
+    assert labels["io.sglx.arch"] == "cpu"
+    assert labels["io.sglx.model.demo"] == "true"
+    assert labels["io.sglx.model.name"] == "demo"
+    assert labels["io.sglx.lock.digest"] == load_lock(load_profile("cpu")).digest
+    assert labels["io.sglx.weights.digest"].startswith("sha256:")
+    assert labels["io.sglx.sglang.version"] == "0.5.23"
+    assert len(labels["org.opencontainers.image.revision"]) >= 40
+    assert labels["org.opencontainers.image.base.digest"].startswith("sha256:")
+    config = docker.images.get(cpu_image["tag"]).attrs["Config"]
+    assert config["User"] == "sglx"
+    assert "HF_HUB_OFFLINE=1" in config["Env"]
+    assert config["Healthcheck"]["Test"][-1].endswith("sglx-healthcheck")
+
+
+def test_image_scan_is_clean(
+    cpu_image: dict[str, Any], sglx_json: Callable[..., tuple[int, dict[str, Any]]]
+) -> None:
+    """Every ELF dependency resolves, or the cpu profile's scan rules accept it with a reason."""
+    code, envelope = sglx_json("scan", "--image", cpu_image["tag"], "--arch", "cpu", "-q")
+    assert (code, envelope["findings"]) == (0, [])
+    [scan] = envelope["data"]["scans"]
+    assert scan["dependencies"]["resolved"] > 0
+    assert all(item["reason"] for item in scan["accepted"])
+
+
+@pytest.fixture(scope="module")
+def served(
+    docker: Any, cpu_image: dict, run_id: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[str, Path]]:
+    port = free_port()
+    container = docker.containers.run(
+        cpu_image["tag"],
+        ["--port", str(port)],
+        detach=True,
+        network_mode="host",
+        name=f"sglx-test-cpu-{run_id}",
+    )
+    try:
+        base = f"http://127.0.0.1:{port}"
+        wait_healthy(
+            base, timeout=600, alive=lambda: docker.containers.get(container.id).status == "running"
+        )
+        # The baked weights, copied out to compare with transformers on the same bytes.
+        model = tmp_path_factory.mktemp("baked")
+        stream, _ = container.get_archive("/models/model")
+        with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
+            tar.extractall(model, filter="data")
+        yield base, model / "model"
+    except BaseException:
+        print(container.logs().decode()[-5000:])
+        raise
+    finally:
+        container.remove(force=True)
+
+
+def test_container_answers_health_and_models(served: tuple[str, Path]) -> None:
+    base, _ = served
+    assert http(f"{base}/health")[0] == 200
+    status, listing = http(f"{base}/v1/models")
+    assert status == 200
+    assert [m["id"] for m in listing["data"]] == ["demo"]
+
+
+def test_greedy_completion_matches_transformers_on_the_baked_weights(
+    served: tuple[str, Path],
+) -> None:
+    from transformers import AutoTokenizer
+
+    base, model = served
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    prompts = ["Hello, world!", "Pack my box with"]
+    for prompt, want in zip(prompts, transformers_greedy(model, prompts, 12), strict=True):
+        status, body = http(
+            f"{base}/v1/completions",
+            {"model": "demo", "prompt": prompt, "max_tokens": 12, "temperature": 0},
+        )
+        assert status == 200, body
+        assert body["choices"][0]["text"] == tokenizer.decode(want, skip_special_tokens=True)
+
+
+def test_rebuild_after_a_plugin_change_reuses_every_heavy_layer(
+    docker: Any, cpu_image: dict, cpu_base: str, cpu_wheelhouse: Path, run_id: str
+) -> None:
+    original = PLUGIN_FILE.read_text()
+    tag = f"sglx-test/cpu-rebuilt:{run_id}"
+    try:
+        PLUGIN_FILE.write_text(original + "\n# a plugin-only change made by the rebuild test\n")
+        build(
+            "--arch", "cpu", "--base", cpu_base, "--wheelhouse", str(cpu_wheelhouse), "--tag", tag
+        )
+    finally:
+        PLUGIN_FILE.write_text(original)
+    try:
+        first = docker.images.get(cpu_image["tag"]).attrs["RootFS"]["Layers"]
+        second = docker.images.get(tag).attrs["RootFS"]["Layers"]
+        shared = next(
+            (i for i, (a, b) in enumerate(zip(first, second, strict=False)) if a != b),
+            min(len(first), len(second)),
+        )
+        # base, runtime user, venv (GBs), weights and profile are the same layers; only sglx's
+        # own wheels and their install step were rebuilt.
+        assert shared == len(first) - 2
+        assert len(second) == len(first)
+    finally:
+        remove_images(docker, tag)
