@@ -66,7 +66,7 @@ def main() -> int:
             profile, base=None, model=None, tag=tags[0], wheels=None, progress=quiet, no_cache=True
         )
         results["cold_build_s"] = time.perf_counter() - started
-        payloads += cold.data["payload_images"]
+        payloads += cold.data["payload_images_imported"]
 
         original = PLUGIN_FILE.read_text()
         try:

@@ -44,7 +44,7 @@ def cpu_image(docker: Any, cpu_base: str, cpu_wheelhouse: Path, run_id: str) -> 
         "--arch", "cpu", "--base", cpu_base, "--wheelhouse", str(cpu_wheelhouse), "--tag", tag
     )
     yield data
-    remove_images(docker, tag, *data["payload_images"])
+    remove_images(docker, tag, *data["payload_images_imported"])
 
 
 def test_image_is_labelled_with_what_it_carries(docker: Any, cpu_image: dict) -> None:

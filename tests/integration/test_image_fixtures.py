@@ -161,7 +161,7 @@ def fixture_images(docker: Any, fixture_project: Path, run_id: str) -> Iterator[
                 "--wheelhouse",
                 str(fixture_project / "wheelhouse" / "shared"),
             )["data"]
-            payloads += data["payload_images"]
+            payloads += data["payload_images_imported"]
             images[arch] = tag
         yield images
     finally:

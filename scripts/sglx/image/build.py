@@ -92,10 +92,10 @@ def build_image(
     with scratch_dir("sglx-build-") as scratch:
         weights = _prepare_model(profile, model, scratch, progress)
         reuse = not no_cache
-        wheelhouse_tag = payload.wheelhouse_image(
+        wheels_image = payload.wheelhouse_image(
             client, lock, lock_path(arch), folder, progress, reuse=reuse
         )
-        weights_tag = payload.weights_image(
+        weights_image = payload.weights_image(
             client, weights.path, weights.digest, progress, reuse=reuse
         )
         context = scratch / "context"
@@ -109,8 +109,8 @@ def build_image(
             tag,
             {
                 "BASE": base_ref,
-                "WHEELHOUSE": wheelhouse_tag,
-                "WEIGHTS": weights_tag,
+                "WHEELHOUSE": wheels_image.tag,
+                "WEIGHTS": weights_image.tag,
             },
             labels,
             progress,
@@ -136,7 +136,9 @@ def build_image(
             "id": image.id,
             "size_bytes": size,
             "labels": labels,
-            "payload_images": [wheelhouse_tag, weights_tag],
+            "payload_images": [wheels_image.tag, weights_image.tag],
+            # imported by this build (not reused): what a caller that cleans up may remove
+            "payload_images_imported": [p.tag for p in (wheels_image, weights_image) if p.imported],
             "layers": [dict(zip(("created_by", "size"), row, strict=True)) for row in layers.rows],
         },
         tables=(summary, layers),

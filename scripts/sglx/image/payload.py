@@ -11,12 +11,21 @@ from __future__ import annotations
 
 import tarfile
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from sglx.progress import Progress
 from sglx.util import scratch_dir
 from sglx.wheels.lockfile import Lock
+
+
+@dataclass(frozen=True)
+class Payload:
+    """An imported payload image; `imported` is False when an identical one was reused."""
+
+    tag: str
+    imported: bool
 
 
 def _normalise(info: tarfile.TarInfo) -> tarfile.TarInfo:
@@ -33,14 +42,14 @@ def _import(
     progress: Progress,
     what: str,
     reuse: bool,
-) -> str:
+) -> Payload:
     from docker.errors import ImageNotFound
 
     try:
         client.images.get(tag)
         if reuse:
             progress(f"{what}: reusing {tag}")
-            return tag
+            return Payload(tag, imported=False)
     except ImageNotFound:
         pass
     repository, _, version = tag.partition(":")
@@ -53,12 +62,12 @@ def _import(
                 total += source.stat().st_size if source.is_file() else 0
         progress(f"{what}: importing {total / 1e9:.2f} GB as {tag}")
         client.api.import_image_from_file(str(archive), repository=repository, tag=version)
-    return tag
+    return Payload(tag, imported=True)
 
 
 def wheelhouse_image(
     client: Any, lock: Lock, lock_file: Path, folder: Path, progress: Progress, *, reuse: bool
-) -> str:
+) -> Payload:
     """An image holding /wheelhouse: exactly the locked wheels and the lock itself."""
     tag = f"sglx/wheelhouse:{lock.arch}-{lock.digest.split(':')[1][:16]}"
     members = [(folder, "wheelhouse")]
@@ -67,7 +76,9 @@ def wheelhouse_image(
     return _import(client, tag, members, progress, "wheels", reuse)
 
 
-def weights_image(client: Any, model: Path, digest: str, progress: Progress, *, reuse: bool) -> str:
+def weights_image(
+    client: Any, model: Path, digest: str, progress: Progress, *, reuse: bool
+) -> Payload:
     """An image holding /models/model: the converted weights and their manifest."""
     tag = f"sglx/weights:{digest.split(':')[1][:16]}"
     members = [(model, "models"), (model, "models/model")]
