@@ -28,6 +28,8 @@ from typing import Any, Literal
 from sglx.errors import SglxError
 from sglx.profile import Profile
 from sglx.report import EXIT_ERROR, Finding, Result, Table, error_result, render
+from sglx.scan.ldconf import conf_dirs
+from sglx.scan.rootfs import RootFS
 from sglx_platform.activate import device_flags
 from sglx_platform.baked import PROFILE_ENV, baked_profile, profile_path
 from sglx_platform.failures import FailureClass
@@ -505,26 +507,10 @@ def library_dirs() -> list[Path]:
     """Where the dynamic loader looks: LD_LIBRARY_PATH, ld.so.conf, default dirs, then the
     Python environment (wheels such as torch ship their libraries in site-packages)."""
     dirs = [Path(d) for d in os.environ.get("LD_LIBRARY_PATH", "").split(":") if d]
-    dirs += _ld_so_conf(Path("/etc/ld.so.conf"))
+    dirs += [Path(d) for d in conf_dirs(RootFS(Path("/")))]
     dirs += [Path(d) for d in DEFAULT_LIB_DIRS]
     dirs += [Path(p) for p in sys.path if p.endswith("site-packages")]
     return [d for d in dict.fromkeys(dirs) if d.is_dir()]
-
-
-def _ld_so_conf(path: Path, depth: int = 0) -> list[Path]:
-    dirs: list[Path] = []
-    if depth > 8 or not path.is_file():
-        return dirs
-    for line in path.read_text().splitlines():
-        line = line.split("#", 1)[0].strip()
-        if line.startswith("include "):
-            for pattern in line.split()[1:]:
-                base = Path(pattern) if pattern.startswith("/") else path.parent / pattern
-                for inc in sorted(Path(base.anchor).glob(str(base)[1:])):
-                    dirs += _ld_so_conf(inc, depth + 1)
-        elif line:
-            dirs.append(Path(line))
-    return dirs
 
 
 def find_library(pattern: str) -> Path | None:

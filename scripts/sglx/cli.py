@@ -423,7 +423,8 @@ def _add_scan(
 
 def _cmd_scan(args: argparse.Namespace) -> Result:
     from sglx.progress import Progress
-    from sglx.scan import Rules, default_jobs, scan_bundle, scan_image, scan_paths
+    from sglx.scan.command import default_jobs, scan_bundle, scan_image, scan_paths
+    from sglx.scan.rules import Rules
 
     if args.root is not None and not args.paths:
         raise SglxError(

@@ -6,9 +6,7 @@ glibc's ld.so, `inventory` finds and reads the ELF files (in parallel), `rules` 
 profile's scan rules, `analysis` runs one scan, `result` turns scans into a `Result`, `layers`
 unpacks image tars safely, `image` and `bundle` get roots out of the engine and bundle folders,
 and `command` ties them to the CLI. docs/reference/scan.md describes the behaviour.
+
+Nothing is imported here: `ldconf` and `rootfs` are also read by the plugin's preflight inside
+images, which carry sglx without pyelftools.
 """
-
-from sglx.scan.command import default_jobs, scan_bundle, scan_image, scan_paths, tree_target
-from sglx.scan.rules import Rules
-
-__all__ = ["Rules", "default_jobs", "scan_bundle", "scan_image", "scan_paths", "tree_target"]
