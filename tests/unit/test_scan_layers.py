@@ -10,13 +10,11 @@ from __future__ import annotations
 import io
 import json
 import tarfile
-import zipfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
-from test_scan_support import ElfFactory, needs_gcc
 
 from sglx.progress import Progress
 from sglx.scan.bundle import read_manifest, unpack_archive_image
@@ -134,61 +132,6 @@ def test_a_tar_without_manifest_is_not_an_image_archive(tmp_path: Path) -> None:
     plain = tmp_path / "weights.tar"
     plain.write_bytes(layer([("model.safetensors", "file", "x")]))
     assert read_manifest(plain) is None
-
-
-@needs_gcc
-def test_bundle_scan_covers_image_archives_and_the_wheelhouse(
-    tmp_path: Path, sglx_json: CliJson
-) -> None:
-    cc = ElfFactory(tmp_path / "build")
-    runtime = cc.lib(tmp_path / "build/libruntime.so.1", libc=False)
-    gone = cc.lib(tmp_path / "build/libgone.so.2", libc=False)
-    app = cc.lib(tmp_path / "build/libapp.so", needs=[runtime, gone], libc=False)
-    ext = cc.lib(tmp_path / "build/_ext.so", needs=[runtime], libc=False)
-    bundle = tmp_path / "bundle"
-    bundle.mkdir()
-    docker_archive(
-        bundle / "image.tar",
-        [
-            layer(
-                [
-                    ("opt/rt/libruntime.so.1", "file", runtime.read_bytes()),
-                    ("opt/app/libapp.so", "file", app.read_bytes()),
-                ]
-            )
-        ],
-        env=["LD_LIBRARY_PATH=/opt/rt"],
-    )
-    (bundle / "weights.tar").write_bytes(layer([("w", "file", "x")]))
-    (bundle / "wheelhouse").mkdir()
-    with zipfile.ZipFile(bundle / "wheelhouse/pkg-1.0-cp311-cp311-linux_x86_64.whl", "w") as whl:
-        whl.writestr("pkg/_ext.so", ext.read_bytes())
-        whl.writestr("pkg-1.0.data/platlib/pkg_plat/_ext2.so", ext.read_bytes())
-        whl.writestr("pkg-1.0.dist-info/RECORD", "")
-    code, envelope = sglx_json("scan", "--bundle", str(bundle))
-    assert code == 1
-    image, wheels = envelope["data"]["scans"]
-    assert (image["kind"], image["label"]) == ("image_archive", "image.tar[fixture-scan:test]")
-    assert image["ld_library_path_from"] == "the image config in the archive"
-    assert [(u["file"], u["needed"]) for u in image["unresolved"]] == [
-        ("/opt/app/libapp.so", "libgone.so.2")
-    ]
-    assert "skipped, not docker archives: weights.tar" in image["notes"]
-    # The wheels resolve libruntime.so.1 inside the image, through its LD_LIBRARY_PATH.
-    assert wheels["kind"] == "wheelhouse"
-    assert wheels["elf_files"] == 2
-    assert wheels["unresolved"] == []
-    [finding] = envelope["findings"]
-    assert finding["path"] == "image.tar[fixture-scan:test]:/opt/app/libapp.so"
-
-
-def test_bundle_without_anything_to_scan_is_a_usage_error(
-    tmp_path: Path, sglx_json: CliJson
-) -> None:
-    code, envelope = sglx_json("scan", "--bundle", str(tmp_path))
-    assert code == 2
-    assert envelope["errors"][0]["code"] == "usage"
-    assert "nothing to scan" in envelope["errors"][0]["message"]
 
 
 @pytest.mark.parametrize("name", ["../x", "a/../../x"])

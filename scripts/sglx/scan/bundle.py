@@ -1,39 +1,43 @@
-"""What `sglx scan --bundle DIR` scans in a bundle folder. PROVISIONAL: the bundle format is not
-defined yet (see docs/reference/scan.md); today a bundle folder is read as:
+"""What `sglx scan --bundle DIR` scans in a bundle made by `sglx bundle create`
+(docs/reference/bundle.md):
 
-- every `*.tar` that is a `docker save` archive (it has a `manifest.json`): each image in it is
-  rebuilt from its layers, whiteouts applied, and scanned like `--image`, with LD_LIBRARY_PATH
-  from the image config in the archive;
-- `wheelhouse/*.whl`: the wheels are unzipped together into one site-packages folder, as pip
-  would install them (torch finds the CUDA/ROCm wheels through `$ORIGIN/../../nvidia/...`
-  RUNPATHs, so wheels scanned one by one would not resolve). When the bundle holds exactly one
-  image, the folder is laid into that image's root and system libraries resolve there; otherwise
-  against this machine's `/` (said in the report). Only `forbidden` and `host_provided` rules
-  apply to the wheelhouse: the image rules are checked on the image.
-Nothing in the engine is touched: archives are read directly.
+- the image archive, read straight from its chunks (`image/image.tar.NNN`, in the order
+  bundle.json lists them) as one `docker save` stream, never reassembled on disk: each image in
+  it is rebuilt from its layers, whiteouts applied, and scanned like `--image`, with
+  LD_LIBRARY_PATH from the image config in the archive;
+- `wheelhouse/*.whl` (bundles made with `--wheelhouse`): the wheels are unzipped together into
+  one site-packages folder at the venv path the image uses (`python.venv`), as pip would
+  install them, so the profile's `optional_files` paths match there too (torch finds the
+  CUDA/ROCm wheels through `$ORIGIN/../../nvidia/...` RUNPATHs, so wheels scanned one by one
+  would not resolve). The folder is laid into the image's root, so system libraries resolve
+  there. Only `forbidden` and `host_provided` rules apply to the wheelhouse: the image rules
+  are checked on the image.
+Nothing in the engine is touched, and the files' hashes are `sglx bundle verify`'s job.
 """
 
 from __future__ import annotations
 
 import json
 import tarfile
-import uuid
 import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sglx.bundle import layout
+from sglx.bundle.chunks import ChunkedReader
+from sglx.bundle.manifest import parse
+from sglx.bundle.verify import read_manifest_bytes
 from sglx.errors import SglxError
 from sglx.progress import Progress
 from sglx.scan.analysis import Target
 from sglx.scan.image import parse_env
 from sglx.scan.layers import RootWriter, clean_name
 
-WHEELHOUSE = "wheelhouse"
-# Where the wheels go inside an image root: a folder no image has.
-WHEELHOUSE_VPATH = "/.sglx-scan/wheelhouse/site-packages"
+WHEELHOUSE = layout.WHEELHOUSE
+DEFAULT_SITE = "/opt/sglx/venv/lib/python3.11/site-packages"
 
 
 @dataclass(frozen=True)
@@ -43,6 +47,10 @@ class ArchiveImage:
     tags: tuple[str, ...]
     config: str
     layers: tuple[str, ...]
+    chunks: tuple[Path, ...] = ()
+
+    def open(self) -> tarfile.TarFile:
+        return open_archive(self.archive, self.chunks)
 
     @property
     def label(self) -> str:
@@ -55,51 +63,67 @@ def bundle_targets(bundle: Path, scratch: Path, progress: Progress) -> list[Targ
     if not bundle.is_dir():
         raise SglxError(
             f"bundle folder {bundle} does not exist or is not a folder",
-            hint="pass the folder that holds the image archives (*.tar) and wheelhouse/",
+            hint="pass a folder written by `sglx bundle create`",
             code="usage",
         )
+    manifest = parse(read_manifest_bytes(bundle), str(bundle / layout.MANIFEST))
+    chunks = tuple(bundle / chunk for chunk in manifest.image.chunks)
+    missing = [str(c) for c in chunks if not c.is_file()]
+    if missing:
+        raise SglxError(
+            f"image chunks missing: {', '.join(missing)}",
+            hint="check the bundle with `sglx bundle verify` and re-copy what it names",
+            code="usage",
+        )
+    archive = bundle / manifest.image.archive
     targets: list[Target] = []
-    skipped: list[str] = []
-    archives = sorted(
-        p for p in bundle.rglob("*.tar") if WHEELHOUSE not in p.relative_to(bundle).parts
-    )
-    for archive in archives:
-        images = read_manifest(archive)
-        if images is None:
-            skipped.append(archive.name)
-            continue
-        for image in images:
-            root = scratch / f"image-{len(targets)}"
-            env = unpack_archive_image(image, root, progress)
-            targets.append(
-                Target(
-                    kind="image_archive",
-                    label=image.label,
-                    root=root,
-                    ld_library_path=_ldlp(env),
-                    env_source="the image config in the archive",
-                )
+    for image in read_manifest(archive, chunks) or ():
+        root = scratch / f"image-{len(targets)}"
+        env = unpack_archive_image(image, root, progress)
+        targets.append(
+            Target(
+                kind="image_archive",
+                label=image.label,
+                root=root,
+                ld_library_path=_ldlp(env),
+                env_source="the image config in the archive",
             )
-    wheels = sorted((bundle / WHEELHOUSE).glob("*.whl"))
-    if wheels:
-        targets.append(_wheelhouse_target(wheels, targets, scratch, progress))
+        )
     if not targets:
         raise SglxError(
-            f"nothing to scan in {bundle}: no docker-archive *.tar and no {WHEELHOUSE}/*.whl"
-            + (f" (not docker archives: {', '.join(skipped)})" if skipped else ""),
-            hint="a bundle holds `docker save` archives and a wheelhouse/ of wheels",
+            f"{archive} (from its chunks) is not a docker-archive: it has no manifest.json",
+            hint="re-create the bundle with `sglx bundle create`",
             code="usage",
         )
-    if skipped:
-        note = f"skipped, not docker archives: {', '.join(skipped)}"
-        targets[0] = replace(targets[0], notes=(*targets[0].notes, note))
+    wheels = sorted((bundle / WHEELHOUSE).glob("*.whl"))
+    if wheels:
+        site = site_packages(manifest.arch)
+        targets.append(_wheelhouse_target(wheels, targets[0], site, progress))
     return targets
 
 
-def read_manifest(archive: Path) -> list[ArchiveImage] | None:
-    """The images of a `docker save` archive, None if the tar is not one."""
+def site_packages(arch: str) -> str:
+    """Where the image of `arch` keeps its venv's packages (python.venv and .version)."""
+    from sglx.profile import load_profile
+
     try:
-        with tarfile.open(archive, "r:") as tar:
+        python = load_profile(arch).python
+    except SglxError:
+        return DEFAULT_SITE
+    return f"{python.venv}/lib/python{python.version}/site-packages"
+
+
+def open_archive(archive: Path, chunks: tuple[Path, ...] = ()) -> tarfile.TarFile:
+    """The archive as a tar: the file itself, or its chunks read in order as one stream."""
+    if chunks:
+        return tarfile.open(fileobj=ChunkedReader(chunks), mode="r:")
+    return tarfile.open(archive, "r:")
+
+
+def read_manifest(archive: Path, chunks: tuple[Path, ...] = ()) -> list[ArchiveImage] | None:
+    """The images of a `docker save` archive (a file, or its chunks), None if it is not one."""
+    try:
+        with open_archive(archive, chunks) as tar:
             try:
                 member = tar.getmember("manifest.json")
             except KeyError:
@@ -121,6 +145,7 @@ def read_manifest(archive: Path) -> list[ArchiveImage] | None:
             tags=tuple(entry.get("RepoTags") or ()),
             config=str(entry["Config"]),
             layers=tuple(str(layer) for layer in entry["Layers"]),
+            chunks=chunks,
         )
         for i, entry in enumerate(manifest)
     ]
@@ -130,7 +155,7 @@ def unpack_archive_image(image: ArchiveImage, root: Path, progress: Progress) ->
     """Apply the image's layers in order into `root`; return the config's environment."""
     progress(f"unpacking {image.label}: {len(image.layers)} layers")
     writer = RootWriter(root, progress)
-    with tarfile.open(image.archive, "r:") as tar:
+    with image.open() as tar:
         config = _json_member(tar, image.config, image.archive)
         for layer in image.layers:
             with _member(tar, layer, image.archive) as stream:
@@ -170,38 +195,25 @@ def _member(tar: tarfile.TarFile, name: str, archive: Path) -> Iterator[Any]:
         yield handle
 
 
-def _wheelhouse_target(
-    wheels: list[Path], images: list[Target], scratch: Path, progress: Progress
-) -> Target:
-    notes = [f"{len(wheels)} wheels unpacked together into one site-packages folder"]
-    if len(images) == 1:
-        base = images[0]
-        # A fresh top-level folder of the unpacked image: nothing in the image can redirect it.
-        vpath = f"/.sglx-scan-{uuid.uuid4().hex[:8]}/site-packages"
-        root, ldlp, env_source = base.root, base.ld_library_path, base.env_source
-        site = root / vpath.lstrip("/")
-        notes.append(f"laid into the root of {base.label}: system libraries resolve there")
-    else:
-        root, ldlp, env_source = Path("/"), (), "none"
-        site = scratch / "wheelhouse" / "site-packages"
-        why = "no image archive" if not images else f"{len(images)} images"
-        notes.append(
-            f"{why} in the bundle: system libraries resolve against this machine's /, "
-            "not the site's image"
-        )
-    progress(f"unzipping {len(wheels)} wheels")
+def _wheelhouse_target(wheels: list[Path], image: Target, site: str, progress: Progress) -> Target:
+    """The wheels unzipped where the image's venv has its site-packages, inside its root."""
+    notes = (
+        f"{len(wheels)} wheels unpacked together into {site} of {image.label}: system "
+        "libraries resolve there",
+    )
+    target = image.root / site.lstrip("/")
+    progress(f"unzipping {len(wheels)} wheels into {site}")
     for wheel in wheels:
-        unzip_wheel(wheel, site)
-    subtree = vpath if len(images) == 1 else str(site.resolve())
+        unzip_wheel(wheel, target)
     return Target(
         kind="wheelhouse",
         label=WHEELHOUSE,
-        root=root,
-        subtrees=(subtree,),
-        ld_library_path=ldlp,
-        env_source=env_source,
+        root=image.root,
+        subtrees=(site,),
+        ld_library_path=image.ld_library_path,
+        env_source=image.env_source,
         image_rules=False,
-        notes=tuple(notes),
+        notes=notes,
     )
 
 

@@ -1,0 +1,361 @@
+"""`sglx bundle create`: write one bundle folder for an arch, staged and renamed last.
+
+The `docker save` stream of the image goes straight into hashed chunks (no full-size temporary
+file, memory bounded by one block); wheels and weights are hashed while they are copied; the
+scan report, versions and labels, `install.sh`, `bundle.json` and `SHA256SUMS` are written
+last, then the optional signature, then the staging folder is renamed to its final name. An
+interrupted create leaves only a hidden `.NAME.partial-*` folder, which the next create of the
+same name removes.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import shutil
+import tarfile
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from sglx import __version__
+from sglx.bundle import install_sh, layout
+from sglx.bundle.chunks import ChunkWriter
+from sglx.bundle.files import copy_hashed, require_space, write_hashed
+from sglx.bundle.manifest import (
+    BundleManifest,
+    FileEntry,
+    ImageRecord,
+    Kind,
+    Slot,
+    WeightsRecord,
+    dump,
+    render_sums,
+    sha256_bytes,
+)
+from sglx.bundle.signing import sign
+from sglx.engine import docker_client
+from sglx.errors import SglxError
+from sglx.profile import Profile
+from sglx.progress import Progress
+from sglx.report import Finding, Result, Table
+
+SAVE_BLOCK = 4 << 20
+ANSIBLE_NOTE = "no Ansible content exists yet (ansible/ is reserved); this slot stays empty"
+
+
+@dataclass(frozen=True)
+class CreateOptions:
+    image: str | None = None
+    out: Path | None = None
+    chunk_size: int = layout.DEFAULT_CHUNK_SIZE
+    sign_key: Path | None = None
+    as_tar: bool = False
+    wheelhouse: Path | None = None
+    weights_outside: Path | None = None
+    scan: bool = True
+
+
+def create_bundle(profile: Profile, options: CreateOptions, progress: Progress) -> Result:
+    client = docker_client()
+    ref = options.image or f"sglx/{profile.arch}:latest"
+    image = _image(client, ref, profile)
+    out = options.out or Path(f"sglx-bundle-{profile.arch}-{image.id.split(':')[1][:12]}")
+    out = out.absolute()
+    if out.exists():
+        raise SglxError(
+            f"{out} already exists",
+            hint="remove it, or pass another --out DIR (a bundle is never overwritten)",
+            code="usage",
+            path=str(out),
+        )
+    tar_path = out.with_name(out.name + ".tar")
+    if options.as_tar and tar_path.exists():
+        raise SglxError(f"{tar_path} already exists", hint="remove it first", code="usage")
+    lock, wheels = _wheel_sources(profile, options.wheelhouse)
+    weights = _weights_source(options.weights_outside, image)
+    size = int(image.attrs.get("Size") or 0)
+    carried = [*wheels, *(weights[1] if weights is not None else [])]
+    extra = sum(p.stat().st_size for p in carried)
+    total = size + extra
+    require_space({out: total * (2 if options.as_tar else 1)}, f"a bundle of {ref}")
+    for stale in out.parent.glob(f".{out.name}.partial-*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    stage = out.parent / f".{out.name}.partial-{uuid.uuid4().hex[:8]}"
+    stage.mkdir(parents=True)
+    try:
+        entries, record, scan_result = _fill(
+            client, stage, profile, ref, image, options, lock, wheels, weights, progress
+        )
+        manifest = _finish(stage, profile, record, entries, options, weights)
+        stage.rename(out)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    if options.as_tar:
+        progress(f"writing {tar_path.name}")
+        _write_tar(out, tar_path)
+    return _result(out, tar_path if options.as_tar else None, manifest, scan_result)
+
+
+def _image(client: Any, ref: str, profile: Profile) -> Any:
+    from docker.errors import ImageNotFound
+
+    try:
+        image = client.images.get(ref)
+    except ImageNotFound:
+        raise SglxError(
+            f"no image '{ref}' in the local Docker engine",
+            hint=f"build it with `sglx image build --arch {profile.arch}` (or `make image`), "
+            "or pass --image REF",
+            code="usage",
+        ) from None
+    arch = (image.labels or {}).get("io.sglx.arch")
+    if arch is not None and arch != profile.arch:
+        raise SglxError(
+            f"image '{ref}' was built for arch {arch}, not {profile.arch}",
+            hint=f"pass --arch {arch}, or the image of arch {profile.arch}",
+            code="usage",
+        )
+    return image
+
+
+def _wheel_sources(profile: Profile, folder: Path | None) -> tuple[Path | None, list[Path]]:
+    if folder is None:
+        return None, []
+    from sglx.wheels import lockfile
+    from sglx.wheels.steps import load_lock, lock_path
+
+    lock = load_lock(profile)
+    missing = [w.filename for w in lock.wheels if not (folder / w.filename).is_file()]
+    if missing:
+        raise SglxError(
+            f"--wheelhouse {folder} lacks {len(missing)} locked wheels, e.g. {missing[0]}",
+            hint=f"fetch them with `sglx wheels fetch --arch {profile.arch} --dest {folder}`",
+            code="usage",
+            path=str(folder),
+        )
+    del lockfile
+    return lock_path(profile.arch), [folder / w.filename for w in lock.wheels]
+
+
+def _weights_source(folder: Path | None, image: Any) -> tuple[str, list[Path], str] | None:
+    if folder is None:
+        return None
+    from sglx.weights.manifest import MANIFEST_NAME, manifest_digest, read_manifest
+
+    manifest = read_manifest(folder)
+    digest = manifest_digest(folder)
+    if (image.labels or {}).get("io.sglx.weights.digest") == digest:
+        raise SglxError(
+            f"the weights in {folder} ({digest}) are already baked into the image",
+            hint="a bundle never carries the same bytes twice: drop --weights-outside, or "
+            "build the image without these weights",
+            code="usage",
+        )
+    files = [folder / record.name for record in manifest.files] + [folder / MANIFEST_NAME]
+    return folder.name, files, digest
+
+
+def _fill(
+    client: Any,
+    stage: Path,
+    profile: Profile,
+    ref: str,
+    image: Any,
+    options: CreateOptions,
+    lock: Path | None,
+    wheels: list[Path],
+    weights: tuple[str, list[Path], str] | None,
+    progress: Progress,
+) -> tuple[list[FileEntry], ImageRecord, Result | None]:
+    entries: list[FileEntry] = []
+
+    def add(path: str, size: int, sha256: str, kind: Kind) -> None:
+        entries.append(FileEntry(path=path, size=size, sha256=sha256, kind=kind))
+
+    progress(f"saving {ref} into chunks of {layout.human(options.chunk_size)}")
+    written = ChunkWriter(stage, options.chunk_size).write_all(_save_stream(client, ref, progress))
+    for chunk in written.chunks:
+        add(chunk.path, chunk.size, chunk.sha256, "image-chunk")
+    progress(f"image archive: {layout.human(written.size)} in {len(written.chunks)} chunks")
+    record = ImageRecord(
+        ref=ref,
+        id=image.id,
+        archive=layout.IMAGE_ARCHIVE,
+        size=written.size,
+        chunk_size=options.chunk_size,
+        chunks=tuple(c.path for c in written.chunks),
+    )
+    scan_result = None
+    if options.scan:
+        from sglx.bundle.hashing import default_jobs
+        from sglx.scan.command import scan_image
+        from sglx.scan.rules import Rules
+
+        scan_result = scan_image(
+            ref, rules=Rules.from_profile(profile), jobs=default_jobs(), progress=progress
+        )
+        text = json.dumps(scan_result.envelope(), indent=2, sort_keys=True) + "\n"
+        copied = write_hashed(stage / layout.SCAN_REPORT, text.encode())
+        add(layout.SCAN_REPORT, copied.size, copied.sha256, "meta")
+    labels = dict(sorted((image.labels or {}).items()))
+    for path, document in (
+        (layout.VERSIONS, _versions(profile, labels)),
+        (layout.LABELS, labels),
+    ):
+        copied = write_hashed(stage / path, (json.dumps(document, indent=2) + "\n").encode())
+        add(path, copied.size, copied.sha256, "meta")
+    if lock is not None:
+        progress(f"copying {len(wheels)} wheels")
+        copied = copy_hashed(lock, stage / layout.WHEEL_LOCK)
+        add(layout.WHEEL_LOCK, copied.size, copied.sha256, "lock")
+        for wheel in wheels:
+            path = f"{layout.WHEELHOUSE}/{wheel.name}"
+            copied = copy_hashed(wheel, stage / path)
+            add(path, copied.size, copied.sha256, "wheel")
+    if weights is not None:
+        name, files, _ = weights
+        progress(f"copying {len(files)} weight files of {name}")
+        for file in files:
+            path = f"{layout.WEIGHTS}/{name}/{file.name}"
+            copied = copy_hashed(file, stage / path)
+            add(path, copied.size, copied.sha256, "weights")
+    script = install_sh.render(
+        profile,
+        version=__version__,
+        image_ref=ref,
+        image_id=image.id,
+        chunks=record.chunks,
+        weights_path=None if weights is None else f"{layout.WEIGHTS}/{weights[0]}",
+    )
+    copied = write_hashed(stage / layout.INSTALL_SH, script.encode())
+    (stage / layout.INSTALL_SH).chmod(0o755)
+    add(layout.INSTALL_SH, copied.size, copied.sha256, "install")
+    return entries, record, scan_result
+
+
+def _save_stream(client: Any, ref: str, progress: Progress) -> Iterator[bytes]:
+    from docker.errors import APIError
+
+    try:
+        yield from client.api.get_image(ref, chunk_size=SAVE_BLOCK)
+    except APIError as exc:
+        raise SglxError(
+            f"docker save of {ref} failed: {exc.explanation}",
+            hint="check the engine with `docker info` and its free space",
+            code="environment",
+        ) from None
+
+
+def _versions(profile: Profile, labels: dict[str, str]) -> dict[str, Any]:
+    def dist(name: str) -> str:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return "unknown"
+
+    return {
+        "arch": profile.arch,
+        "sglang": labels.get("io.sglx.sglang.version", profile.sglang.version),
+        "sglx": labels.get("org.opencontainers.image.version", __version__),
+        "plugin": dist("sglx-platform"),
+        "kernels": {
+            "sglx-kernels": dist("sglx-kernels"),
+            "triton": profile.kernels.triton,
+            "serve": list(profile.kernels.serve),
+        },
+        "base": {
+            "name": labels.get("org.opencontainers.image.base.name", profile.base.ref),
+            "digest": labels.get("org.opencontainers.image.base.digest", "unknown"),
+        },
+        "weights_digest": labels.get("io.sglx.weights.digest", "unknown"),
+        "lock_digest": labels.get("io.sglx.lock.digest", "unknown"),
+    }
+
+
+def _finish(
+    stage: Path,
+    profile: Profile,
+    record: ImageRecord,
+    entries: list[FileEntry],
+    options: CreateOptions,
+    weights: tuple[str, list[Path], str] | None,
+) -> BundleManifest:
+    weights_record = None
+    if weights is not None:
+        path = f"{layout.WEIGHTS}/{weights[0]}"
+        size = sum(e.size for e in entries if e.path.startswith(path + "/"))
+        weights_record = WeightsRecord(name=weights[0], path=path, digest=weights[2], size=size)
+    manifest = BundleManifest(
+        arch=profile.arch,
+        created=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        sglx_version=__version__,
+        image=record,
+        weights=weights_record,
+        wheelhouse=Slot(
+            included=options.wheelhouse is not None,
+            path=layout.WHEELHOUSE if options.wheelhouse is not None else None,
+            note="" if options.wheelhouse else "the image holds the packages (use --wheelhouse)",
+        ),
+        ansible=Slot(included=False, note=ANSIBLE_NOTE),
+        files=tuple(sorted(entries, key=lambda e: e.path)),
+    )
+    raw = dump(manifest)
+    (stage / layout.MANIFEST).write_bytes(raw)
+    sig_sha = None
+    if options.sign_key is not None:
+        signature = sign(stage / layout.MANIFEST, options.sign_key)
+        sig_sha = sha256_bytes(signature.read_bytes())
+    (stage / layout.SUMS).write_text(render_sums(manifest, sha256_bytes(raw), sig_sha))
+    return manifest
+
+
+def _write_tar(folder: Path, tar_path: Path) -> None:
+    staging = tar_path.with_name(f".{tar_path.name}.partial-{uuid.uuid4().hex[:8]}")
+    try:
+        with tarfile.open(staging, "w", format=tarfile.PAX_FORMAT) as tar:
+            tar.add(folder, arcname=folder.name, recursive=True)
+        staging.rename(tar_path)
+    except BaseException:
+        staging.unlink(missing_ok=True)
+        raise
+
+
+def _result(
+    out: Path, tar_path: Path | None, manifest: BundleManifest, scan: Result | None
+) -> Result:
+    rows = tuple(
+        (
+            kind,
+            str(sum(1 for e in manifest.files if e.kind == kind)),
+            layout.human(sum(e.size for e in manifest.files if e.kind == kind)),
+        )
+        for kind in sorted({e.kind for e in manifest.files})
+    )
+    findings: tuple[Finding, ...] = ()
+    if scan is not None and scan.findings:
+        findings = tuple(
+            Finding(f.code, f"image scan: {f.message}", f.path, f.hint) for f in scan.findings
+        )
+    data = {
+        "path": str(out),
+        "tar": None if tar_path is None else str(tar_path),
+        "arch": manifest.arch,
+        "image": manifest.image.model_dump(mode="json"),
+        "files": len(manifest.files),
+        "bytes": sum(e.size for e in manifest.files),
+        "signed": (out / layout.SIGNATURE).is_file(),
+        "scan": None if scan is None else scan.status,
+    }
+    lines = [f"bundle written to {out}"] + ([f"tar written to {tar_path}"] if tar_path else [])
+    return Result(
+        ("bundle", "create"),
+        data=data,
+        tables=(Table(("kind", "files", "size"), rows, title=f"bundle of {manifest.image.ref}"),),
+        lines=tuple(lines),
+        findings=findings,
+    )

@@ -1,0 +1,73 @@
+"""Hash many files at once, near the machine's hashing limit.
+
+hashlib releases the GIL while it digests large buffers, so threads (one per CPU this process
+may use) hash files in parallel; reads go through `hashlib.file_digest`. Big files are hashed
+first so the last thread is not left alone with the largest one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+
+from sglx.bundle.layout import human
+from sglx.progress import Progress
+
+PROGRESS_EVERY_S = 2.0
+
+
+@dataclass(frozen=True)
+class HashJob:
+    key: str
+    path: Path
+    size: int
+
+
+def default_jobs() -> int:
+    return max(1, len(os.sched_getaffinity(0)))
+
+
+def sha256_of(path: Path) -> str:
+    with path.open("rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()
+
+
+def hash_files(
+    jobs: Sequence[HashJob],
+    *,
+    threads: int,
+    progress: Progress,
+    on_done: Callable[[HashJob, str], None] | None = None,
+) -> dict[str, str]:
+    """sha256 of every job's file, by key; `on_done` runs (in a worker) as each one finishes."""
+    total = sum(job.size for job in jobs)
+    done = 0
+    last = time.monotonic()
+    results: dict[str, str] = {}
+    started = time.monotonic()
+    if jobs:
+        progress(f"hashing {len(jobs)} files, {human(total)}, {threads} threads")
+
+    def work(job: HashJob) -> tuple[HashJob, str]:
+        digest = sha256_of(job.path)
+        if on_done is not None:
+            on_done(job, digest)
+        return job, digest
+
+    ordered = sorted(jobs, key=lambda job: -job.size)
+    with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
+        for future in as_completed([pool.submit(work, job) for job in ordered]):
+            job, digest = future.result()
+            results[job.key] = digest
+            done += job.size
+            now = time.monotonic()
+            if now - last >= PROGRESS_EVERY_S:
+                last = now
+                rate = done / max(now - started, 1e-6)
+                progress(f"hashed {human(done)} of {human(total)} ({human(int(rate))}/s)")
+    return results

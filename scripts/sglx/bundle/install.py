@@ -1,0 +1,387 @@
+"""`sglx bundle install`: verify, load the image, install wheels, place weights; resumable.
+
+Each step asks first whether its work is already done, from the truth where there is one
+(the engine has the image id; the weights folder's manifest has the digest) and from the
+install record (`record.py`) for the files verified before. A re-run after a kill anywhere
+redoes only the step that was cut short; `--full` forgets the record and redoes everything.
+Free space is checked for every step that will write, before the first one writes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sglx.bundle import layout
+from sglx.bundle.chunks import iter_blocks
+from sglx.bundle.files import copy_hashed, require_space
+from sglx.bundle.manifest import BundleManifest, parse, sha256_bytes
+from sglx.bundle.record import InstallRecord
+from sglx.bundle.source import bundle_folder
+from sglx.bundle.verify import SignaturePolicy, check_files, read_manifest_bytes
+from sglx.engine import docker_client
+from sglx.errors import SglxError
+from sglx.progress import Progress
+from sglx.report import Finding, Result, Table
+
+PIP_TIMEOUT_S = 3600
+STATE_MARGIN = 1 << 20
+
+
+@dataclass(frozen=True)
+class InstallOptions:
+    state: Path
+    venv: Path | None = None
+    weights_dir: Path | None = None
+    full: bool = False
+    signature: SignaturePolicy = field(default_factory=SignaturePolicy)
+    jobs: int = 1
+
+
+@dataclass
+class Steps:
+    rows: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def add(self, name: str, status: str, detail: str, started: float) -> None:
+        seconds = round(time.monotonic() - started, 3)
+        self.rows[name] = {"status": status, "detail": detail, "seconds": seconds}
+
+
+def install_bundle(path: Path, options: InstallOptions, progress: Progress) -> Result:
+    try:
+        with bundle_folder(path, progress) as folder:
+            return _install(folder, options, progress)
+    except SglxError as exc:
+        if exc.code != "bundle_tar_unsafe":
+            raise
+        finding = Finding(exc.code, exc.message, None, exc.hint)
+        return Result(("bundle", "install"), data={"installed": False}, findings=(finding,))
+
+
+def _install(bundle: Path, options: InstallOptions, progress: Progress) -> Result:
+    steps = Steps()
+    raw = read_manifest_bytes(bundle)
+    client = docker_client()
+    plan = _plan(bundle, raw, client, options)
+    started = time.monotonic()
+    options.state.mkdir(parents=True, exist_ok=True)
+    record = InstallRecord.load(options.state, sha256_bytes(raw), fresh=options.full)
+    check = check_files(
+        bundle,
+        threads=options.jobs,
+        progress=progress,
+        signature=options.signature,
+        already_verified=record.is_verified,
+        on_verified=record.mark_verified,
+    )
+    record.save()
+    manifest = check.manifest
+    findings = list(check.findings)
+    if manifest is not None and not findings:
+        findings += _scan_report_findings(bundle)
+    if findings or manifest is None or plan is None:
+        return Result(
+            ("bundle", "install"),
+            data={"installed": False, "bundle": str(bundle)},
+            findings=tuple(findings),
+            lines=("nothing was installed: the bundle did not verify",),
+        )
+    status = "done" if check.hashed else "skipped"
+    detail = (
+        f"{check.hashed} files hashed ({layout.human(check.hashed_bytes)}), {check.reused} "
+        "unchanged since verified"
+    )
+    steps.add("verify", status, detail, started)
+    has_image, weights_target, weights_done = plan.has_image, plan.weights, plan.weights_done
+    venv_done = options.venv is not None and _venv_done(record, options.venv, manifest)
+
+    started = time.monotonic()
+    if has_image:
+        steps.add("image", "skipped", f"the engine already has {manifest.image.id}", started)
+    else:
+        _load(client, bundle, manifest, progress)
+        steps.add("image", "done", f"loaded {manifest.image.ref} ({manifest.image.id})", started)
+    record.step_done("image", manifest.image.id)
+
+    started = time.monotonic()
+    if options.venv is None:
+        steps.add("venv", "not asked", "no --venv", started)
+    elif venv_done:
+        steps.add("venv", "skipped", f"{options.venv} already holds the locked wheels", started)
+    else:
+        install_wheelhouse(bundle, options.venv, progress)
+        record.step_done(
+            "venv", {"path": str(options.venv.absolute()), "lock": _lock_sha(manifest)}
+        )
+        steps.add("venv", "done", f"installed the wheelhouse into {options.venv}", started)
+
+    started = time.monotonic()
+    if weights_target is None:
+        why = "the weights are in the image" if manifest.weights is None else "no --weights-dir"
+        steps.add("weights", "not asked", why, started)
+    elif weights_done:
+        steps.add("weights", "skipped", f"{weights_target} already holds them", started)
+    else:
+        _place_weights(bundle, manifest, weights_target, progress)
+        steps.add("weights", "done", f"placed at {weights_target}", started)
+    if weights_target is not None and manifest.weights is not None:
+        record.step_done(
+            "weights", {"path": str(weights_target), "digest": manifest.weights.digest}
+        )
+    return _result(bundle, manifest, steps, weights_target)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What install will write, known before anything is written (or verified)."""
+
+    has_image: bool
+    weights: Path | None
+    weights_done: bool
+
+
+def _plan(bundle: Path, raw: bytes, client: Any, options: InstallOptions) -> Plan | None:
+    """Check the asked steps and the free space for them; None when bundle.json does not
+    parse (the file check then reports why)."""
+    try:
+        manifest = parse(raw, str(bundle / layout.MANIFEST))
+    except SglxError:
+        return None
+    _check_asked(manifest, options)
+    has_image = _engine_has(client, manifest.image.id)
+    target = _weights_target(manifest, options)
+    weights_done = target is not None and _weights_placed(target, manifest)
+    needs: dict[Path, int] = {options.state: STATE_MARGIN}
+    if not has_image:
+        root = Path(str(client.info().get("DockerRootDir") or ""))
+        if root.is_absolute() and root.exists():
+            needs[root] = manifest.image.size
+    if target is not None and not weights_done and manifest.weights is not None:
+        needs[target.parent] = needs.get(target.parent, 0) + manifest.weights.size
+    if options.venv is not None:
+        wheels = sum(e.size for e in manifest.files if e.kind == "wheel")
+        needs[options.venv] = needs.get(options.venv, 0) + 3 * wheels
+    require_space(needs, "installing the bundle")
+    return Plan(has_image, target, weights_done)
+
+
+def _scan_report_findings(bundle: Path) -> list[Finding]:
+    report = bundle / layout.SCAN_REPORT
+    if not report.is_file():
+        return []
+    envelope = json.loads(report.read_text(encoding="utf-8"))
+    if envelope.get("status") == "ok":
+        return []
+    return [
+        Finding(
+            "bundle_scan",
+            f"the bundle's scan report ({layout.SCAN_REPORT}) has findings: the image's "
+            "dependencies do not all resolve",
+            layout.SCAN_REPORT,
+            "run `sglx bundle verify DIR` to see them; fix the image and create the bundle again",
+        )
+    ]
+
+
+def _check_asked(manifest: BundleManifest, options: InstallOptions) -> None:
+    if options.venv is not None and not manifest.wheelhouse.included:
+        raise SglxError(
+            "--venv: this bundle has no wheelhouse",
+            hint="create the bundle with `sglx bundle create --wheelhouse DIR`, or drop --venv "
+            "(the image holds the packages)",
+            code="usage",
+        )
+    if options.weights_dir is not None and manifest.weights is None:
+        raise SglxError(
+            "--weights-dir: this bundle carries no weights beside the image (they are baked in)",
+            hint="drop --weights-dir",
+            code="usage",
+        )
+
+
+def _engine_has(client: Any, image_id: str) -> bool:
+    from docker.errors import ImageNotFound
+
+    try:
+        client.images.get(image_id)
+    except ImageNotFound:
+        return False
+    return True
+
+
+def _load(client: Any, bundle: Path, manifest: BundleManifest, progress: Progress) -> None:
+    from docker.errors import APIError
+
+    chunks = [bundle / c for c in manifest.image.chunks]
+    progress(
+        f"loading {manifest.image.ref}: {layout.human(manifest.image.size)} from "
+        f"{len(chunks)} chunks, streamed"
+    )
+    try:
+        for message in client.api.load_image(iter_blocks(chunks)):
+            if isinstance(message, dict) and message.get("error"):
+                raise SglxError(
+                    f"docker load of {manifest.image.ref} failed: {message['error']}",
+                    hint="check the engine with `docker info` and its free space",
+                    code="environment",
+                )
+    except APIError as exc:
+        raise SglxError(
+            f"docker load of {manifest.image.ref} failed: {exc.explanation}",
+            hint="check the engine with `docker info` and its free space",
+            code="environment",
+        ) from None
+    if not _engine_has(client, manifest.image.id):
+        raise SglxError(
+            f"after docker load the engine has no image {manifest.image.id}",
+            hint="re-copy the bundle and run install again",
+            code="environment",
+        )
+
+
+def _lock_sha(manifest: BundleManifest) -> str:
+    return manifest.by_path()[layout.WHEEL_LOCK].sha256
+
+
+def _venv_done(record: InstallRecord, venv: Path, manifest: BundleManifest) -> bool:
+    want = {"path": str(venv.absolute()), "lock": _lock_sha(manifest)}
+    return bool(record.steps.get("venv") == want and (venv / "bin" / "python").exists())
+
+
+def install_wheelhouse(bundle: Path, venv: Path, progress: Progress) -> None:
+    """Create `venv` (with this Python) if needed and install the bundle's locked wheels into
+    it: no index, no dependency resolution, every hash required."""
+    if not (venv / "bin" / "python").exists():
+        progress(f"creating the venv {venv}")
+        _run([sys.executable, "-m", "venv", str(venv)], "creating the venv")
+    progress("installing the wheelhouse (no index, hashes required)")
+    _run(
+        [
+            str(venv / "bin" / "python"),
+            "-m",
+            "pip",
+            "install",
+            "--no-index",
+            "--no-deps",
+            "--require-hashes",
+            "--find-links",
+            str(bundle / layout.WHEELHOUSE),
+            "-r",
+            str(bundle / layout.WHEEL_LOCK),
+        ],
+        "pip install of the wheelhouse",
+    )
+
+
+def _run(argv: list[str], what: str) -> None:
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=PIP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise SglxError(f"{what} took longer than {PIP_TIMEOUT_S} s", code="environment") from None
+    if proc.returncode != 0:
+        raise SglxError(
+            f"{what} failed: {(proc.stderr or proc.stdout)[-1500:]}",
+            hint="the venv's Python must be the one the lock was made for",
+            code="environment",
+        )
+
+
+def _weights_target(manifest: BundleManifest, options: InstallOptions) -> Path | None:
+    if options.weights_dir is None or manifest.weights is None:
+        return None
+    return options.weights_dir.absolute() / manifest.weights.name
+
+
+def _weights_placed(target: Path, manifest: BundleManifest) -> bool:
+    from sglx.weights.manifest import MANIFEST_NAME, manifest_digest
+
+    if manifest.weights is None or not (target / MANIFEST_NAME).is_file():
+        return False
+    try:
+        return manifest_digest(target) == manifest.weights.digest
+    except SglxError:
+        return False
+
+
+def _place_weights(
+    bundle: Path, manifest: BundleManifest, target: Path, progress: Progress
+) -> None:
+    """Copy into a hidden staging folder beside `target`, check every hash, rename."""
+    assert manifest.weights is not None
+    prefix = manifest.weights.path + "/"
+    files = [e for e in manifest.files if e.path.startswith(prefix)]
+    target.parent.mkdir(parents=True, exist_ok=True)
+    for stale in target.parent.glob(f".{target.name}.partial-*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    staging = target.parent / f".{target.name}.partial-{uuid.uuid4().hex[:8]}"
+    staging.mkdir()
+    try:
+        for number, entry in enumerate(files, start=1):
+            copied = copy_hashed(bundle / entry.path, staging / entry.path[len(prefix) :])
+            if copied.sha256 != entry.sha256:
+                raise SglxError(
+                    f"{entry.path} changed while it was being placed",
+                    hint="run install again; do not edit the bundle while it installs",
+                    code="environment",
+                )
+            progress(f"placed {number}/{len(files)} weight files ({entry.path})")
+        old = None
+        if target.exists():
+            old = target.parent / f".{target.name}.old-{uuid.uuid4().hex[:8]}"
+            target.rename(old)
+        staging.rename(target)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def _result(bundle: Path, manifest: BundleManifest, steps: Steps, weights: Path | None) -> Result:
+    redone = [name for name, row in steps.rows.items() if row["status"] == "done"]
+    run = _docker_run(manifest, weights)
+    rows = tuple((name, row["status"], row["detail"]) for name, row in steps.rows.items())
+    lines = [
+        "nothing to do: every step was done before" if not redone else "installed",
+        "start the server with: " + " ".join(run) if run else "",
+    ]
+    return Result(
+        ("bundle", "install"),
+        data={
+            "installed": True,
+            "bundle": str(bundle),
+            "image": manifest.image.id,
+            "steps": steps.rows,
+            "redone": redone,
+            "docker_run": run,
+        },
+        tables=(Table(("step", "status", "detail"), rows, title=f"install of {bundle}"),),
+        lines=tuple(line for line in lines if line),
+    )
+
+
+def _docker_run(manifest: BundleManifest, weights: Path | None) -> list[str]:
+    from sglx.bundle.install_sh import docker_run_words
+    from sglx.profile import load_profile
+
+    try:
+        profile = load_profile(manifest.arch)
+    except SglxError:
+        return []
+    words = docker_run_words(profile, manifest.image.ref, None)
+    if weights is not None:
+        words[-1:-1] = ["-v", f"{weights}:/models/model:ro"]
+    return words
+
+
+def default_state() -> Path:
+    """$SGLX_STATE_DIR, else /var/lib/sglx/installs: outside any bundle, beside the engine."""
+    return Path(os.environ.get("SGLX_STATE_DIR") or "/var/lib/sglx/installs")

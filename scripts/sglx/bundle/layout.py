@@ -1,0 +1,94 @@
+"""Names and sizes of a bundle folder, in one place so create, verify, install and install.sh
+agree on them.
+
+    bundle.json            the manifest (every other file, with size and sha256)
+    bundle.json.sig        ssh-keygen signature of bundle.json (optional)
+    SHA256SUMS             `sha256sum -c` list of every file, bundle.json and the signature too
+    install.sh             POSIX sh installer (coreutils and docker only)
+    image/image.tar.NNN    the `docker save` archive, split into chunks
+    meta/scan.json         `sglx scan --json` of the image
+    meta/versions.json     sglang, plugin, kernels, base and weights digest
+    meta/labels.json       the image labels
+    wheelhouse/            the arch's lock and its wheels (with --wheelhouse)
+    weights/NAME/          converted weights and their manifest (with --weights-outside)
+"""
+
+from __future__ import annotations
+
+import re
+
+from sglx.errors import SglxError
+
+MANIFEST = "bundle.json"
+SIGNATURE = "bundle.json.sig"
+SUMS = "SHA256SUMS"
+INSTALL_SH = "install.sh"
+IMAGE_ARCHIVE = "image/image.tar"
+SCAN_REPORT = "meta/scan.json"
+VERSIONS = "meta/versions.json"
+LABELS = "meta/labels.json"
+WHEELHOUSE = "wheelhouse"
+WHEEL_LOCK = "wheelhouse/requirements.lock"
+WEIGHTS = "weights"
+# Files that describe the bundle and are checked by rendering, not by a manifest entry.
+METADATA = (MANIFEST, SIGNATURE, SUMS)
+
+DEFAULT_CHUNK_SIZE = 1 << 30
+MIN_CHUNK_SIZE = 1 << 10
+SIGN_NAMESPACE = "sglx-bundle"
+# Bounds on what is read from a bundle before it is trusted.
+MAX_MANIFEST_BYTES = 16 << 20
+MAX_FILES = 100_000
+MAX_PATH_CHARS = 400
+MAX_PATH_DEPTH = 16
+
+_UNITS = {
+    "": 1,
+    "B": 1,
+    "K": 1000,
+    "KB": 1000,
+    "M": 1000**2,
+    "MB": 1000**2,
+    "G": 1000**3,
+    "GB": 1000**3,
+    "KIB": 1 << 10,
+    "MIB": 1 << 20,
+    "GIB": 1 << 30,
+    "TB": 1000**4,
+    "TIB": 1 << 40,
+}
+
+
+def chunk_name(index: int) -> str:
+    """Zero-padded so that a shell glob and `sort` list chunks in order."""
+    return f"{IMAGE_ARCHIVE}.{index:03d}"
+
+
+def parse_chunk_size(text: str) -> int:
+    """'1GiB' -> 1073741824, '64MB' -> 64000000; at least 1 KiB."""
+    match = re.fullmatch(r"\s*(\d+)\s*([A-Za-z]*)\s*", text)
+    unit = match.group(2).upper() if match else ""
+    if match is None or unit not in _UNITS:
+        raise SglxError(
+            f"--chunk-size '{text}' is not a size",
+            hint="use a whole number with a unit, e.g. 1GiB (the default), 700MB or 4MiB",
+            code="usage",
+        )
+    size = int(match.group(1)) * _UNITS[unit]
+    if size < MIN_CHUNK_SIZE:
+        raise SglxError(
+            f"--chunk-size '{text}' is {size} bytes, below the 1 KiB minimum",
+            hint="chunks are copied and re-checked one by one: use e.g. 1GiB or 700MB",
+            code="usage",
+        )
+    return size
+
+
+def human(size: int) -> str:
+    """1536 -> '1.5 KiB': sizes in messages a person reads."""
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} GiB"

@@ -1,0 +1,99 @@
+"""Signing `bundle.json` with OpenSSH keys: no service, no network, tools every site has.
+
+`ssh-keygen -Y sign -n sglx-bundle` writes `bundle.json.sig`; `ssh-keygen -Y verify` checks it
+against an allowed-signers file (one `IDENTITY KEYTYPE KEY` line per trusted key). Because
+`SHA256SUMS` is rendered from `bundle.json`, the signature covers every file.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from sglx.bundle import layout
+from sglx.errors import SglxError
+
+TIMEOUT_S = 60
+
+
+def _ssh_keygen(args: list[str], stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+    try:
+        return subprocess.run(
+            ["ssh-keygen", *args], input=stdin, capture_output=True, timeout=TIMEOUT_S, check=False
+        )
+    except FileNotFoundError:
+        raise SglxError(
+            "ssh-keygen not found",
+            hint="install OpenSSH's client tools (Debian: openssh-client)",
+            code="environment",
+        ) from None
+    except subprocess.TimeoutExpired:
+        raise SglxError(
+            f"ssh-keygen took longer than {TIMEOUT_S} s",
+            hint="a passphrase-protected key needs ssh-agent: `ssh-add KEY` first",
+            code="environment",
+        ) from None
+
+
+def sign(manifest: Path, key: Path) -> Path:
+    """Write `manifest`.sig with `key` (a private key file, or a public one held by ssh-agent)."""
+    if not key.is_file():
+        raise SglxError(
+            f"--sign {key}: no such key file",
+            hint="make one with `ssh-keygen -t ed25519 -f KEY -N ''`",
+            code="usage",
+            path=str(key),
+        )
+    proc = _ssh_keygen(
+        ["-Y", "sign", "-q", "-f", str(key), "-n", layout.SIGN_NAMESPACE, str(manifest)]
+    )
+    signature = manifest.with_name(layout.SIGNATURE)
+    if proc.returncode != 0 or not signature.is_file():
+        raise SglxError(
+            f"signing {manifest.name} with {key} failed: "
+            + proc.stderr.decode(errors="replace").strip(),
+            hint="pass an OpenSSH private key without passphrase, or load it in ssh-agent",
+            code="sign_failed",
+            path=str(key),
+        )
+    return signature
+
+
+def verify(
+    manifest_bytes: bytes, signature: Path, allowed_signers: Path, identity: str | None
+) -> str | None:
+    """None when the signature is good for an allowed signer, else the reason it is not."""
+    if not allowed_signers.is_file():
+        raise SglxError(
+            f"--allowed-signers {allowed_signers}: no such file",
+            hint="one line per trusted key: `IDENTITY ssh-ed25519 AAAA...`",
+            code="usage",
+            path=str(allowed_signers),
+        )
+    if identity is None:
+        found = _ssh_keygen(
+            ["-Y", "find-principals", "-s", str(signature), "-f", str(allowed_signers)]
+        )
+        principals = found.stdout.decode(errors="replace").split()
+        if found.returncode != 0 or not principals:
+            return "it was not made by any key in the allowed-signers file"
+        identity = principals[0]
+    proc = _ssh_keygen(
+        [
+            "-Y",
+            "verify",
+            "-f",
+            str(allowed_signers),
+            "-I",
+            identity,
+            "-n",
+            layout.SIGN_NAMESPACE,
+            "-s",
+            str(signature),
+        ],
+        stdin=manifest_bytes,
+    )
+    if proc.returncode != 0:
+        detail = (proc.stderr or proc.stdout).decode(errors="replace").strip().splitlines()
+        return f"ssh-keygen refused it ({detail[-1] if detail else 'no reason given'})"
+    return None

@@ -1,0 +1,114 @@
+"""Helpers for the bundle tests: tiny images made with `docker import`, malicious tars, and
+running `sglx` as a separate process (for the kill-and-resume tests)."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+import tarfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+
+def import_tiny_image(docker: Any, tag: str, blob_bytes: int = 3_000_000) -> str:
+    """A real image, made from a small tar of random bytes (no base, no registry)."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for name, data in (
+            ("etc/hello", b"hello from a tiny bundle image\n"),
+            ("data/blob", os.urandom(blob_bytes)),
+        ):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    repository, _, label = tag.rpartition(":")
+    docker.api.import_image_from_data(buffer.getvalue(), repository=repository, tag=label)
+    return str(docker.images.get(tag).id)
+
+
+def member(name: str, kind: str = "file", target: str = "", data: bytes = b"x") -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type = {
+        "file": tarfile.REGTYPE,
+        "dir": tarfile.DIRTYPE,
+        "symlink": tarfile.SYMTYPE,
+        "hardlink": tarfile.LNKTYPE,
+        "chardev": tarfile.CHRTYPE,
+        "fifo": tarfile.FIFOTYPE,
+    }[kind]
+    info.linkname = target
+    info.size = len(data) if kind == "file" else 0
+    return info
+
+
+def write_tar(path: Path, members: Sequence[tarfile.TarInfo], data: bytes = b"x") -> Path:
+    with tarfile.open(path, "w") as tar:
+        for info in members:
+            tar.addfile(info, io.BytesIO(data) if info.isfile() else None)
+    return path
+
+
+def sglx_process(*args: str, **popen: Any) -> subprocess.Popen[str]:
+    """`sglx ARGS` in its own process, stderr piped (progress lines), stdout piped."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "sglx.cli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **popen,
+    )
+
+
+def hand_bundle(folder: Path, archive: Path, files: dict[str, bytes], chunk_size: int) -> Path:
+    """A bundle in the real format written without an engine: `archive` (a docker-archive
+    made by hand) split by the real ChunkWriter, `files` beside it, manifest and SHA256SUMS."""
+    import datetime as dt
+    import hashlib
+
+    from sglx.bundle.chunks import ChunkWriter
+    from sglx.bundle.manifest import (
+        BundleManifest,
+        FileEntry,
+        ImageRecord,
+        Slot,
+        dump,
+        render_sums,
+        sha256_bytes,
+    )
+
+    folder.mkdir(parents=True)
+    written = ChunkWriter(folder, chunk_size).write_all([archive.read_bytes()])
+    entries = [
+        FileEntry(path=c.path, size=c.size, sha256=c.sha256, kind="image-chunk")
+        for c in written.chunks
+    ]
+    for path, data in files.items():
+        (folder / path).parent.mkdir(parents=True, exist_ok=True)
+        (folder / path).write_bytes(data)
+        kind = "wheel" if path.endswith(".whl") else "meta"
+        entries.append(
+            FileEntry(path=path, size=len(data), sha256=hashlib.sha256(data).hexdigest(), kind=kind)
+        )
+    manifest = BundleManifest(
+        arch="cpu",
+        created=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        sglx_version="test",
+        image=ImageRecord(
+            ref="fixture-scan:test",
+            id="sha256:" + "0" * 64,
+            archive="image/image.tar",
+            size=written.size,
+            chunk_size=chunk_size,
+            chunks=tuple(c.path for c in written.chunks),
+        ),
+        wheelhouse=Slot(included=any(p.endswith(".whl") for p in files), path="wheelhouse"),
+        ansible=Slot(included=False),
+        files=tuple(sorted(entries, key=lambda e: e.path)),
+    )
+    raw = dump(manifest)
+    (folder / "bundle.json").write_bytes(raw)
+    (folder / "SHA256SUMS").write_text(render_sums(manifest, sha256_bytes(raw), None))
+    return folder

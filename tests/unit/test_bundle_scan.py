@@ -1,0 +1,90 @@
+"""`sglx scan --bundle` reads the bundle format: the image from its chunks (never reassembled)
+and the wheelhouse unzipped into the image's venv, where the cpu profile's `optional_files`
+paths match. The bundle is written by the real chunk writer and manifest code, no engine."""
+
+from __future__ import annotations
+
+import io
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from helpers.bundles import hand_bundle
+from test_scan_layers import docker_archive, layer
+from test_scan_support import ElfFactory, needs_gcc
+
+CliJson = Callable[..., tuple[int, dict[str, Any]]]
+SITE = "/opt/sglx/venv/lib/python3.11/site-packages"
+
+
+def wheel(files: dict[str, bytes]) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as whl:
+        for name, data in files.items():
+            whl.writestr(name, data)
+    return buffer.getvalue()
+
+
+@needs_gcc
+def test_bundle_scan_reads_chunks_and_lays_the_wheelhouse_into_the_image_venv(
+    tmp_path: Path, sglx_json: CliJson
+) -> None:
+    cc = ElfFactory(tmp_path / "build")
+    runtime = cc.lib(tmp_path / "build/libruntime.so.1", libc=False)
+    gone = cc.lib(tmp_path / "build/libgone.so.2", libc=False)
+    app = cc.lib(tmp_path / "build/libapp.so", needs=[runtime, gone], libc=False)
+    ext = cc.lib(tmp_path / "build/_ext.so", needs=[runtime], libc=False)
+    fabric = cc.lib(tmp_path / "build/libfabric.so.1", libc=False)
+    transport = cc.lib(tmp_path / "build/nvshmem_transport_x.so", needs=[fabric], libc=False)
+    archive = docker_archive(
+        tmp_path / "image.tar",
+        [
+            layer(
+                [
+                    ("opt/rt/libruntime.so.1", "file", runtime.read_bytes()),
+                    ("opt/app/libapp.so", "file", app.read_bytes()),
+                ]
+            )
+        ],
+        env=["LD_LIBRARY_PATH=/opt/rt"],
+    )
+    whl = wheel(
+        {
+            "pkg/_ext.so": ext.read_bytes(),
+            "pkg-1.0.data/platlib/pkg_plat/_ext2.so": ext.read_bytes(),
+            "nvidia/nvshmem/lib/nvshmem_transport_x.so": transport.read_bytes(),
+            "pkg-1.0.dist-info/RECORD": b"",
+        }
+    )
+    bundle = hand_bundle(
+        tmp_path / "bundle",
+        archive,
+        {"wheelhouse/pkg-1.0-cp311-cp311-linux_x86_64.whl": whl},
+        chunk_size=4096,
+    )
+    assert len(list((bundle / "image").iterdir())) >= 3
+    code, envelope = sglx_json("scan", "--bundle", str(bundle), "--arch", "cpu", "-q")
+    assert code == 1
+    image, wheels = envelope["data"]["scans"]
+    assert (image["kind"], image["label"]) == ("image_archive", "image.tar[fixture-scan:test]")
+    assert [(u["file"], u["needed"]) for u in image["unresolved"]] == [
+        ("/opt/app/libapp.so", "libgone.so.2")
+    ]
+    assert wheels["kind"] == "wheelhouse"
+    assert wheels["elf_files"] == 3
+    assert wheels["unresolved"] == []
+    # The transport's missing libfabric is accepted by the cpu profile's optional_files path,
+    # because the wheel sits where the image's venv has it.
+    accepted = {item["file"] for item in wheels["accepted"]}
+    assert f"{SITE}/nvidia/nvshmem/lib/nvshmem_transport_x.so" in accepted
+    assert all("nvshmem" not in (f.get("path") or "") for f in envelope["findings"])
+
+
+def test_a_folder_that_is_not_a_bundle_is_a_usage_error(
+    tmp_path: Path, sglx: Callable[..., tuple[int, str, str]]
+) -> None:
+    code, out, err = sglx("scan", "--bundle", str(tmp_path))
+    assert code == 2
+    assert "has no bundle.json: it is not an sglx bundle" in err
+    assert "Traceback" not in out + err
