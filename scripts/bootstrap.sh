@@ -76,7 +76,7 @@ ensure_venv() {
   # Reinstall only when a file that defines the environment changed.
   local stamp="$VENV/.sglx-setup" want
   want=$(cat pyproject.toml plugin/pyproject.toml kernels/pyproject.toml scripts/bootstrap.sh \
-         bundles/locks/cpu.txt | sha256sum | cut -d' ' -f1)
+         bundles/locks/cpu.txt bundles/locks/ansible.txt | sha256sum | cut -d' ' -f1)
   if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
     say "venv $VENV is up to date"
     return 0
@@ -87,6 +87,8 @@ ensure_venv() {
   pip_quietly install --no-deps --require-hashes -r bundles/locks/cpu.txt
   say "installing sglx, sglx-platform and sglx-kernels (editable, with dev dependencies) into $VENV"
   pip_quietly install -e '.[dev]' -e './plugin[dev]' -e './kernels[dev]'
+  say "installing ansible-core and ansible-lint (bundles/locks/ansible.txt, hash-pinned) into $VENV"
+  pip_quietly install --no-deps --require-hashes -r bundles/locks/ansible.txt
   echo "$want" >"$stamp"
 }
 
