@@ -1,4 +1,6 @@
-"""The gfx942, gfx950, gfx1151 and kunlun Dockerfiles build on fixture bases, offline.
+"""The bases that do not ship sglang build offline: kunlun's site-built base, and ROCm's
+alternative route (rocm/pytorch plus a site-built sglang wheel, images/shared/rocm-pytorch.yaml),
+here for gfx942. The default ROCm route, upstream's SGLang images, is test_image_rocm_upstream.py.
 
 The vendor bases (rocm/pytorch, a Kunlun XRE + xpytorch image) cannot be fetched here, so
 fixture bases stand in for them: the session's debootstrapped Debian plus the vendor libraries
@@ -28,7 +30,7 @@ from sglx.cli import main
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
-VENDOR_ARCHES = ["gfx942", "gfx950", "gfx1151", "kunlun"]
+VENDOR_ARCHES = ["gfx942", "kunlun"]
 ROCM_LIBS = [
     "libamdhip64.so.6",
     "libhsa-runtime64.so.1",
@@ -124,11 +126,19 @@ def fixture_project(
     images = copy_images(root)
     python = {"version": "3.11", "executable": "/usr/bin/python3", "glibc": "2.36"}
     edit_yaml(images / "shared" / "base.yaml", {"sglang": {"wheel": "pypi"}})
-    edit_yaml(images / "shared" / "rocm.yaml", {"python": python})
-    for name in ("shared/cdna.yaml", "gfx1151/arch.yaml"):
-        edit_yaml(
-            images / name, {"python": {"version": "3.11"}, "base": {"ref": fixture_bases["rocm"]}}
-        )
+    edit_yaml(images / "shared" / "cdna.yaml", {"python": {"version": "3.11"}})
+    edit_yaml(
+        images / "shared" / "rocm-pytorch.yaml",
+        {
+            "sglang": {"wheel": "pypi"},
+            "python": {**python, "torch": ">=2.10"},
+            "base": {"ref": fixture_bases["rocm"], "rocm": None},
+        },
+    )
+    edit_yaml(
+        images / "gfx942" / "arch.yaml",
+        {"extends": ["cdna", "rocm-pytorch"], "base": {"ref": fixture_bases["rocm"]}},
+    )
     edit_yaml(
         images / "kunlun" / "arch.yaml",
         {"python": python, "base": {"ref": fixture_bases["kunlun"]}},
@@ -227,7 +237,7 @@ def test_vendor_container_preflight_reports_the_missing_device(
 def test_vendor_entrypoint_stops_before_serving_without_the_device(
     docker: Any, fixture_images: dict[str, str]
 ) -> None:
-    code, out = run_container(docker, fixture_images["gfx1151"], [])
+    code, out = run_container(docker, fixture_images["gfx942"], [])
     assert code == 1
     assert "device_init_failed" in out
     assert "preflight failed" in out

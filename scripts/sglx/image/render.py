@@ -28,6 +28,9 @@ def context(profile: Profile) -> dict[str, Any]:
         "venv": profile.python.venv,
         # A base that provides packages (its torch) must stay visible inside the venv.
         "system_site_packages": bool(profile.base.provides),
+        # The build route: the base ships sglang (upstream's SGLang ROCm images), or the lock
+        # installs it; selected by the profile's sglang.wheel, never by arch name.
+        "base_ships_sglang": profile.sglang.wheel == "base",
         "user": user,
         "home": home,
         "model_dir": MODEL_DIR,

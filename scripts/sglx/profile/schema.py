@@ -125,9 +125,26 @@ class BaseImage(_Strict):
     build: Debootstrap | None = Field(default=None, description="Required when source is build.")
     provides: tuple[Name, ...] = Field(
         default=(),
-        description="Python distributions the base owns (torch, triton, vendor packages); a "
-        "wheel lock that would replace one of them is refused.",
+        description="Python distributions the base owns (torch, triton, vendor packages; sglang "
+        "itself when sglang.wheel is 'base'); a wheel lock that would replace one of them is "
+        "refused, and preflight reports any the base turns out to lack.",
     )
+    rocm: Text | None = Field(
+        default=None,
+        description="PEP 440 specifier the base's ROCm release must satisfy, read from "
+        "/opt/rocm/.info/version (where ROCm installs declare it); null = no ROCm in the base. "
+        "The build records what it found, preflight checks it.",
+    )
+
+    @field_validator("rocm")
+    @classmethod
+    def _rocm_pep440(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                SpecifierSet(value)
+            except InvalidSpecifier as exc:
+                raise ValueError(f"not a PEP 440 version specifier ({exc})") from None
+        return value
 
     @model_validator(mode="after")
     def _build_matches_source(self) -> BaseImage:
@@ -197,9 +214,14 @@ class SGLang(_Strict):
     version: Annotated[str, StringConstraints(strict=True, pattern=r"^\d+\.\d+\.\d+\S*$")] = Field(
         description="sglang release the image serves with."
     )
-    wheel: Literal["pypi", "source"] = Field(
-        description="pypi: the PyPI wheel (cp311, CUDA-pinned deps); source: a wheel built from "
-        "the release tag for the base's Python on the connected side and put in the wheelhouse."
+    wheel: Literal["pypi", "source", "base"] = Field(
+        description="Where sglang comes from, which selects the image's build route. pypi: the "
+        "PyPI wheel (cp311 and cp312; its declared dependencies pin CUDA packages, so it goes in "
+        "with --no-deps); source: a wheel the site built from the release tag for the base's "
+        "Python, put in the wheelhouse; base: the base image ships sglang (upstream's SGLang "
+        "ROCm images, with sgl-kernel and AITER built for the target), so the build installs "
+        "only what sglx adds and only the locked wheels the base lacks, and refuses a base "
+        "whose sglang is not `version`."
     )
 
 
@@ -369,6 +391,24 @@ class Server(_Strict):
         return self
 
 
+class EnvFloor(_Strict):
+    """A variable that must reach a minimum whenever other variables select a feature."""
+
+    when: dict[EnvName, StrictStr] = Field(
+        min_length=1, description="Variables (name -> value) that turn the feature on."
+    )
+    name: EnvName = Field(description="The variable the feature needs at a minimum.")
+    minimum: StrictInt = Field(description="Lowest value the feature works with.")
+    unset: StrictInt | None = Field(
+        default=None, description="The value the runtime uses when `name` is unset."
+    )
+    action: Literal["refuse", "warn"] = Field(
+        default="warn",
+        description="refuse: preflight fails; warn: it reports the reason and serving goes on.",
+    )
+    reason: Text = Field(description="What goes wrong below the minimum, with its source.")
+
+
 class Weights(_Strict):
     """How `sglx weights convert` stores weights for this arch."""
 
@@ -497,6 +537,12 @@ class Profile(_Strict):
     env_forbidden: dict[EnvName, Text] = Field(
         default_factory=dict, description="Variables that must not be set, with the reason."
     )
+    env_floors: dict[Name, EnvFloor] = Field(
+        default_factory=dict,
+        description="Couplings between variables: a feature switched on by some variables "
+        "needs another at a minimum (preflight and the host checks read the served "
+        "environment).",
+    )
     server: Server
     weights: Weights
     kernels: Kernels
@@ -508,6 +554,8 @@ class Profile(_Strict):
         clash = set(self.env) & set(self.env_forbidden)
         if clash:
             raise ValueError(f"{sorted(clash)} both set in 'env' and listed in 'env_forbidden'")
+        if self.sglang.wheel == "base" and "sglang" not in self.base.provides:
+            raise ValueError("sglang.wheel is 'base' but base.provides does not list sglang")
         expected_probe = {"cpu": "none", "rocm": "kfd", "kunlun": "kunlun"}[self.platform.family]
         if self.devices.probe.kind != expected_probe:
             raise ValueError(
