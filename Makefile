@@ -11,7 +11,7 @@ SGLX := $(BIN)/sglx
 PYTEST_ARGS ?=
 BENCH ?= image
 
-.PHONY: help setup test lint unit docs validate image bench
+.PHONY: help setup test e2e lint unit docs validate image prune bundle bench rollout
 
 help: ## List the targets
 	@echo "sglx make targets (ARCH=$(ARCH); override with ARCH=gfx942 and so on):"
@@ -26,20 +26,39 @@ image: setup ## Build the serving image for ARCH: wheels fetched if missing, bas
 	$(SGLX) base ensure --arch $(ARCH)
 	$(SGLX) image build --arch $(ARCH) $(if $(MODEL),--model $(MODEL)) $(if $(TAG),--tag $(TAG))
 
-bench: setup ## Run a benchmark: BENCH=image|scan|weights (kernels need a GPU: see bench/README.md)
+prune: ## Remove sglx's build leftovers (deps stages, unused payloads) of ARCH if given, else all
+	$(SGLX) image prune $(if $(filter command line environment,$(origin ARCH)),--arch $(ARCH))
+
+bundle: setup ## Write the air-gapped bundle of ARCH's image (OUT=DIR, IMAGE=REF, SIGN=KEY, TAR=1, CHUNK=SIZE)
+	$(SGLX) bundle create --arch $(ARCH) $(if $(OUT),--out $(OUT)) $(if $(IMAGE),--image $(IMAGE)) \
+	  $(if $(SIGN),--sign $(SIGN)) $(if $(TAR),--tar) $(if $(CHUNK),--chunk-size $(CHUNK))
+
+bench: setup ## Run a benchmark: BENCH=image|scan|weights|bundle (kernels need a GPU: see bench/README.md)
 	$(BIN)/python bench/$(BENCH)/bench_$(BENCH).py
 
-test: setup lint ## Lint, then run every test (unit and real-engine integration)
-	$(BIN)/pytest $(PYTEST_ARGS)
+test: setup lint ## Lint, then run the unit and real-engine integration tests (not e2e)
+	$(BIN)/pytest -m "not e2e" $(PYTEST_ARGS)
+
+e2e: setup ## The Ansible end-to-end run on test hosts (~20 min; not yet part of `make test`)
+	$(BIN)/pytest -m e2e tests/e2e $(PYTEST_ARGS)
 
 unit: ## Run the unit tests only (no Docker engine needed)
 	@SGLX_NO_ENGINE=1 bash scripts/bootstrap.sh
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
 
-lint: setup ## ruff (lint and format check) and mypy
+lint: setup ## ruff (lint and format check), mypy, ansible-lint (production profile) and the Ansible vars drift check
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	cd ansible && PATH="$(abspath $(BIN)):$$PATH" $(abspath $(BIN))/ansible-lint -q
+	for arch in $$($(SGLX) arch list --json | $(BIN)/python -c 'import json,sys; print(" ".join(a["arch"] for a in json.load(sys.stdin)["data"]["arches"]))'); do \
+	  $(SGLX) ansible vars --arch $$arch --out ansible/inventory/example/group_vars/$$arch/sglx_profile.yml --check; done
+
+rollout: setup ## Roll BUNDLE (a folder on the hosts) out to INVENTORY's hosts of ARCH, one at a time (ansible/rollout.yml)
+	@test -n "$(INVENTORY)" || { echo "make rollout: set INVENTORY=FILE (see ansible/inventory/example)" >&2; exit 2; }
+	@test -n "$(BUNDLE)" || { echo "make rollout: set BUNDLE=DIR, the bundle folder on the hosts" >&2; exit 2; }
+	cd ansible && $(abspath $(BIN))/ansible-playbook -i $(abspath $(INVENTORY)) rollout.yml \
+	  -e sglx_hosts=$(ARCH) -e sglx_bundle_path=$(BUNDLE) $(if $(SRC),-e sglx_bundle_src=$(abspath $(SRC)))
 
 docs: setup ## Regenerate docs/reference/profile.md and images/*/Dockerfile from their sources
 	$(SGLX) arch schema > docs/reference/profile.md.tmp

@@ -26,6 +26,15 @@ def run_id() -> str:
     return uuid.uuid4().hex[:10]
 
 
+@pytest.fixture(autouse=True)
+def _private_cache_dir(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Per-user caches (the verified-hash cache of `sglx wheels verify`) go to a folder of the
+    test session, never the real ~/.cache/sglx."""
+    monkeypatch.setenv("SGLX_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "sglx-cache"))
+
+
 CliRunner = Callable[..., tuple[int, str, str]]
 
 

@@ -10,6 +10,13 @@ Measures, on the same machine and engine:
   of sglx's own wheels plus the weights (overhead target <= 5%);
 - container start to first completion (docker run until /v1/completions answers).
 
+    .venv/bin/python bench/image/bench_image.py --start-only [--image REF] [--runs N]
+
+measures only the start, against the same image started bare (`--entrypoint python -m
+sglang.launch_server` with the same model and flags, so the platform plugin still applies its
+defaults), alternating the two, N runs each (default 3); the ratio is entrypoint / bare of the
+medians (target <= 1.2: preflight must not cost the start its imports twice).
+
 It needs the arch's base in the engine and a complete wheelhouse (`make image` provides both).
 The images it builds carry a unique tag and are removed at the end; the timing of each step is
 its wall time (the machine's other load shows up in it, so run it on a quiet machine).
@@ -39,7 +46,12 @@ def main() -> int:
     parser.add_argument("--arch", default="cpu")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.add_argument("--out", type=Path, help="also write the JSON results to this file")
+    parser.add_argument("--start-only", action="store_true", help="entrypoint vs bare start")
+    parser.add_argument("--image", default=None, help="image for --start-only (sglx/ARCH:latest)")
+    parser.add_argument("--runs", type=int, default=3, help="runs of each for --start-only")
     args = parser.parse_args()
+    if args.start_only:
+        return _start_bench(args)
 
     from sglx.engine import docker_client
     from sglx.image.build import build_image
@@ -134,15 +146,59 @@ def _weights_bytes(client: Any, tag: str) -> int:
     return int(out.decode().split()[0])
 
 
-def _start_to_completion(client: Any, tag: str) -> float:
+def _start_bench(args: argparse.Namespace) -> int:
+    from statistics import median
+
+    from sglx.engine import docker_client
+
+    client = docker_client()
+    tag = args.image or f"sglx/{args.arch}:latest"
+    name = client.images.get(tag).labels.get("io.sglx.model.name", "demo")
+    runs: dict[str, list[float]] = {"entrypoint": [], "bare": []}
+    for index in range(args.runs):
+        for kind in runs:
+            seconds = _start_to_completion(client, tag, bare=kind == "bare", model=name)
+            runs[kind].append(seconds)
+            print(f"  run {index + 1} {kind:<10} {seconds:6.1f} s", file=sys.stderr, flush=True)
+    medians = {kind: median(values) for kind, values in runs.items()}
+    results = {
+        "image": tag,
+        "cpus": _cpus(),
+        "engine": client.version()["Version"],
+        "runs_s": runs,
+        "median_s": medians,
+        "ratio": medians["entrypoint"] / medians["bare"],
+        "target_ratio": 1.2,
+    }
+    if args.out:
+        args.out.write_text(json.dumps(results, indent=2) + "\n")
+    if args.json:
+        print(json.dumps(results, indent=2))
+        return 0
+    print(f"sglx start bench: {tag}, {results['cpus']} cpus, engine {results['engine']}")
+    print("  start             runs (s)                     median")
+    for kind, values in runs.items():
+        listed = ", ".join(f"{v:.1f}" for v in values)
+        print(f"  {kind:<16}  {listed:<27}  {medians[kind]:.1f} s")
+    print(f"  ratio entrypoint/bare: {results['ratio']:.2f} (target <= 1.2)")
+    return 0
+
+
+def _start_to_completion(client: Any, tag: str, bare: bool = False, model: str = "demo") -> float:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     body = json.dumps(
-        {"model": "demo", "prompt": "Hello", "max_tokens": 4, "temperature": 0}
+        {"model": model, "prompt": "Hello", "max_tokens": 4, "temperature": 0}
     ).encode()
+    flags = ["--port", str(port)]
+    kwargs: dict[str, Any] = {}
+    if bare:
+        flags = ["-m", "sglang.launch_server", "--model-path", "/models/model"]
+        flags += ["--host", "0.0.0.0", "--served-model-name", model, "--port", str(port)]
+        kwargs["entrypoint"] = "python"
     started = time.perf_counter()
-    container = client.containers.run(tag, ["--port", str(port)], detach=True, network_mode="host")
+    container = client.containers.run(tag, flags, detach=True, network_mode="host", **kwargs)
     try:
         while time.perf_counter() - started < 900:
             try:

@@ -6,7 +6,9 @@ and attributed to an implementation class: vendor (sgl-kernel, AITER, ...), trit
 or native. sglx kernels report their own choice through `sglx_kernels.registry`'s recorder.
 The summary flags any fallback (composite or native) above 5% of the total op time; it is
 written as JSON to SGLX_PROFILE_FALLBACKS_DIR (fallbacks-<pid>.json, refreshed every few
-seconds) and printed to the log when the process exits.
+seconds; $TMPDIR/sglx-fallbacks when unset) and printed to the log when the process exits.
+sglang ends its schedulers with SIGKILL, so in the image sglx-serve prints the merged table of
+the reports once the server is gone (`summary_of_reports`).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import atexit
 import json
 import logging
 import os
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -30,7 +33,8 @@ logger = logging.getLogger(__name__)
 ENABLE_ENV = "SGLX_PROFILE_FALLBACKS"
 DIR_ENV = "SGLX_PROFILE_FALLBACKS_DIR"
 THRESHOLD = 0.05
-FLUSH_EVERY_S = 2.0
+FLUSH_EVERY_S = 1.0
+DEFAULT_DIR_NAME = "sglx-fallbacks"
 FALLBACKS = frozenset({"composite", "native"})
 # sglang forward method -> implementation class.
 METHOD_IMPLS = {
@@ -62,16 +66,18 @@ class FallbackProfiler:
         self.out_dir = out_dir
         self._stats: dict[tuple[str, str], list[float]] = {}
         self._lock = threading.Lock()
-        self._flushed = time.monotonic()
+        self.dirty = False
         self.kernel_impl = threading.local()  # what an sglx kernel reported inside an op
 
     def record(self, op: str, impl: str, seconds: float) -> None:
+        self.add(op, impl, 1, seconds)
+
+    def add(self, op: str, impl: str, calls: int, seconds: float) -> None:
         with self._lock:
             entry = self._stats.setdefault((op, impl), [0, 0.0])
-            entry[0] += 1
+            entry[0] += calls
             entry[1] += seconds
-        if self.out_dir is not None and time.monotonic() - self._flushed > FLUSH_EVERY_S:
-            self.flush()
+            self.dirty = True
 
     def rows(self) -> list[Row]:
         with self._lock:
@@ -99,7 +105,7 @@ class FallbackProfiler:
     def flush(self) -> None:
         if self.out_dir is None:
             return
-        self._flushed = time.monotonic()
+        self.dirty = False
         self.out_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_text(
             self.out_dir / f"fallbacks-{os.getpid()}.json",
@@ -138,8 +144,7 @@ def install() -> FallbackProfiler:
     global _PROFILER
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
-    out = os.environ.get(DIR_ENV)
-    _PROFILER = FallbackProfiler(Path(out) if out else None)
+    _PROFILER = FallbackProfiler(report_dir())
     active = _PROFILER
     try:
         from sglx_kernels import registry
@@ -151,7 +156,38 @@ def install() -> FallbackProfiler:
         "sglang.kernels.fused_op.BaseFusedOp.forward", _timed_forward, HookType.AROUND
     )
     atexit.register(_at_exit, active)
+    threading.Thread(target=_flush_while_running, args=(active,), daemon=True).start()
     return active
+
+
+def _flush_while_running(active: FallbackProfiler) -> None:
+    """Keep the JSON report current: sglang stops its schedulers with SIGKILL, so the report a
+    process leaves is the last one written here (at most FLUSH_EVERY_S old)."""
+    while True:
+        time.sleep(FLUSH_EVERY_S)
+        if active.dirty:
+            active.flush()
+
+
+def report_dir() -> Path:
+    """Where reports go: $SGLX_PROFILE_FALLBACKS_DIR, else a folder in the temp dir."""
+    return Path(os.environ.get(DIR_ENV) or Path(tempfile.gettempdir()) / DEFAULT_DIR_NAME)
+
+
+def summary_of_reports(folder: Path, since: float) -> str | None:
+    """The table of every report in `folder` written after `since` (epoch seconds), merged:
+    what sglx-serve prints once the server's processes are gone."""
+    merged = FallbackProfiler()
+    for path in sorted(folder.glob("fallbacks-*.json")):
+        try:
+            if path.stat().st_mtime < since:
+                continue
+            report = json.loads(path.read_text())
+            for row in report["ops"]:
+                merged.add(str(row["op"]), str(row["impl"]), int(row["calls"]), row["seconds"])
+        except (OSError, ValueError, KeyError, TypeError):
+            logger.warning("sglx: skipping an unreadable fallback report %s", path)
+    return merged.summary() if merged.rows() else None
 
 
 def _timed_forward(original: Callable[..., Any], op: Any, *args: Any, **kwargs: Any) -> Any:

@@ -16,6 +16,7 @@ from sglx.profile import (
     load_profile,
     load_profile_file,
 )
+from sglx.profile.issues import DEFAULT_HINT
 from sglx.profile.loader import display_path
 from sglx.profile.reference import render_markdown, schema_rows
 from sglx.report import Finding, Result, Table
@@ -70,12 +71,15 @@ def validate_profiles(paths: Sequence[Path]) -> Result:
         try:
             profile = load_profile_file(file)
         except ProfileError as exc:
+            # A specific hint (a bound, an encoding) helps; the generic one would repeat.
+            hint = None if exc.hint == DEFAULT_HINT else exc.hint
             for issue in exc.issues:
                 findings.append(
                     Finding(
                         "invalid_profile",
                         f"{issue.key_path or '(file)'}: {issue.message}",
                         path=issue.file if issue.line is None else f"{issue.file}:{issue.line}",
+                        hint=hint,
                     )
                 )
             rows.append((display_path(file), "invalid", f"{len(exc.issues)} problem(s)"))

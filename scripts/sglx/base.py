@@ -3,20 +3,28 @@
 `build` debootstraps a Debian rootfs into a scratch folder, trims it, tars it and imports it
 into the engine (Docker SDK `import_image_from_file`), with labels saying where it came from.
 `load` brings in a vendor base carried into the site as a tar (`docker save` output or an OCI
-layout), after checking its sha256.
+layout), after checking its sha256 and everything in it (`sglx.base_archive`) before the engine
+sees it, and tags it only once it is verified.
 """
 
 from __future__ import annotations
 
-import io
-import json
 import os
 import shutil
 import subprocess
-import tarfile
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
-from typing import IO
+from typing import Any, TypeVar
 
+from sglx.base_archive import (
+    ImageArchive,
+    check_reference,
+    docker_archive_stream,
+    expected_sha256,
+    inspect_archive,
+    split_reference,
+)
 from sglx.engine import docker_client
 from sglx.errors import SglxError
 from sglx.profile import Profile
@@ -24,6 +32,7 @@ from sglx.progress import Progress
 from sglx.report import Result, Table
 from sglx.util import run_streaming, scratch_dir, sha256_file
 
+T = TypeVar("T")
 DEBOOTSTRAP_TIMEOUT_S = 1800
 # Emptied in the rootfs: package caches and manuals (licences in usr/share/doc stay).
 TRIM = ("var/cache/apt/archives", "var/lib/apt/lists", "usr/share/man", "usr/share/info")
@@ -154,14 +163,22 @@ def load_base(
     profile: Profile | None,
     progress: Progress,
 ) -> Result:
-    """Load a base carried in as a docker-archive or OCI-layout tar, checksum verified."""
+    """Load a base carried in as a docker-archive or OCI-layout tar.
+
+    Everything that can be checked without the engine is checked first: the tag, the sha256,
+    the archive's members and manifest, and the pinned digest (the id the image will get). The
+    engine then loads exactly the checked members with no tags; the loaded id is compared with
+    the pin, what does not match is removed again, and only then is the image tagged.
+    """
     if not archive.is_file():
         raise SglxError(
             f"{archive}: no such file",
             code="usage",
             hint="pass the tar made on the connected side with `docker save`",
         )
-    expected = _expected_sha256(archive, sha256)
+    if tag is not None:
+        check_reference(tag, "--tag")
+    expected = expected_sha256(archive, sha256)
     progress(f"verifying sha256 of {archive.name} ({archive.stat().st_size / 1e9:.2f} GB)")
     actual = sha256_file(archive)
     if actual != expected:
@@ -171,100 +188,99 @@ def load_base(
             "again from the connected side",
             code="checksum_mismatch",
         )
+    progress(f"checking the members and manifest of {archive.name}")
+    info = inspect_archive(archive, tag=tag)
+    pinned = profile.base.digest if profile is not None else None
+    if profile is not None and pinned and info.image_id != pinned:
+        raise _not_the_pinned_base(f"{archive} holds image {info.image_id}", profile)
     client = docker_client()
-    with scratch_dir("sglx-load-") as scratch:
-        loadable = _as_docker_archive(archive, scratch, tag)
-        progress(f"loading {archive.name} into the engine")
-        with loadable.open("rb") as handle:
-            images = client.images.load(handle)
-    if not images:
-        raise SglxError(
-            f"{archive}: the engine loaded no image from it",
-            code="usage",
-            hint="check that it is a `docker save` (or OCI layout) archive",
-        )
-    image = images[0]
-    if tag:
-        repository, _, version = tag.partition(":")
-        image.tag(repository, version or "latest")
-    if profile is not None and profile.base.digest and image.id != profile.base.digest:
-        raise SglxError(
-            f"loaded image {image.id} is not the base the {profile.arch} profile "
-            f"pins ({profile.base.digest})",
-            code="base_mismatch",
-            hint="carry in the archive of the pinned base image",
-        )
-    client_image = client.images.get(image.id)
-    tags = ", ".join(client_image.tags) or "(untagged)"
+    present = _image_ids(client)
+    progress(f"loading {archive.name} ({info.kind}) into the engine")
+    image = _load(client, info)
+    if profile is not None and pinned and image.id != pinned:
+        removed = _remove_unless_present_before(client, image.id, present)
+        raise _not_the_pinned_base(f"loaded image {image.id}{removed}", profile)
+    tags = (tag,) if tag else info.repo_tags
+    for ref in tags:
+        repository, version = split_reference(ref)
+        _engine_call(partial(image.tag, repository, version), f"tagging {image.id} as {ref}")
+    loaded = _engine_call(lambda: client.images.get(image.id), f"reading back {image.id}")
     return Result(
         command=("base", "load"),
-        data={"id": image.id, "tags": client_image.tags, "sha256": actual},
+        data={
+            "id": loaded.id,
+            "tags": loaded.tags,
+            "sha256": actual,
+            "kind": info.kind,
+            "predicted_id": info.image_id,
+        },
         tables=(
             Table(
                 ("image id", "tags", "size"),
-                ((image.id, tags, f"{client_image.attrs['Size'] / 1e9:.2f} GB"),),
+                (
+                    (
+                        loaded.id,
+                        ", ".join(loaded.tags) or "(untagged)",
+                        f"{loaded.attrs['Size'] / 1e9:.2f} GB",
+                    ),
+                ),
             ),
         ),
     )
 
 
-def _expected_sha256(archive: Path, given: str | None) -> str:
-    if given:
-        return given.lower().removeprefix("sha256:")
-    sidecar = archive.with_name(archive.name + ".sha256")
-    if sidecar.is_file():
-        return sidecar.read_text().split()[0].lower()
-    raise SglxError(
-        f"no checksum for {archive}: pass --sha256 HEX or put {sidecar.name} next to it",
-        hint=f"on the connected side: sha256sum {archive.name} > {sidecar.name}",
-        code="checksum_missing",
+def _not_the_pinned_base(what: str, profile: Profile) -> SglxError:
+    return SglxError(
+        f"{what}, not the base the {profile.arch} profile pins ({profile.base.digest})",
+        code="base_mismatch",
+        hint="carry in the archive of the pinned base image",
     )
 
 
-def _as_docker_archive(archive: Path, scratch: Path, tag: str | None) -> Path:
-    """`archive` itself if it is a docker-archive; an OCI layout gets the manifest.json the
-    classic `docker load` reads, pointing at the OCI blobs (copied once, in a scratch file)."""
-    with tarfile.open(archive) as tar:
-        names = set(tar.getnames())
-        if "manifest.json" in names or "./manifest.json" in names:
-            return archive
-        if not ({"index.json", "./index.json"} & names):
-            raise SglxError(
-                f"{archive}: neither a docker-archive (manifest.json) nor an OCI "
-                "layout (index.json)",
-                code="usage",
-                hint="make it with `docker save -o FILE IMAGE`",
-            )
-        prefix = "./" if "./index.json" in names else ""
-        index = json.load(_member(tar, f"{prefix}index.json"))
-        descriptor = index["manifests"][0]
-        ref = tag or descriptor.get("annotations", {}).get("org.opencontainers.image.ref.name")
-        manifest = json.load(_member(tar, _blob(prefix, descriptor)))
-        docker_manifest = [
-            {
-                "Config": _blob(prefix, manifest["config"]),
-                "RepoTags": [ref] if ref and ":" in ref else [],
-                "Layers": [_blob(prefix, layer) for layer in manifest["layers"]],
-            }
-        ]
-        out = scratch / "docker-archive.tar"
-        with tarfile.open(out, "w") as converted:
-            for member in tar.getmembers():
-                converted.addfile(member, tar.extractfile(member) if member.isfile() else None)
-            data = json.dumps(docker_manifest).encode()
-            info = tarfile.TarInfo("manifest.json")
-            info.size = len(data)
-            converted.addfile(info, io.BytesIO(data))
-    return out
+def _engine_call(call: Callable[[], T], what: str) -> T:
+    """`call()`, with an engine failure turned into an error that says what was being done."""
+    from docker.errors import DockerException
+    from requests.exceptions import RequestException
+
+    try:
+        return call()
+    except (DockerException, RequestException) as exc:
+        detail = getattr(exc, "explanation", None) or str(exc)
+        raise SglxError(
+            f"the engine failed {what}: {str(detail)[:2000]}",
+            hint="check the engine (docker info, free disk with docker system df) and that "
+            "the archive is the `docker save` of the base; rerun with -v for details",
+            code="engine_failed",
+        ) from None
 
 
-def _blob(prefix: str, descriptor: dict[str, str]) -> str:
-    """Where an OCI layout keeps the blob a descriptor names."""
-    return f"{prefix}blobs/sha256/{descriptor['digest'].split(':')[1]}"
+def _image_ids(client: Any) -> set[str]:
+    return {i.id for i in _engine_call(lambda: client.images.list(all=True), "listing images")}
 
 
-def _member(tar: tarfile.TarFile, name: str) -> IO[bytes]:
-    handle = tar.extractfile(name)
-    if handle is None:
-        raise SglxError(f"{name} is not a file in the archive", code="usage")
-    return handle
+def _load(client: Any, info: ImageArchive) -> Any:
+    """Load the checked archive, untagged; the one image it made."""
+
+    def load() -> Any:
+        with docker_archive_stream(info) as chunks:
+            return client.images.load(chunks)
+
+    images = _engine_call(load, f"loading {info.path.name}")
+    if len(images) != 1:
+        raise SglxError(
+            f"{info.path}: the engine loaded {len(images)} images from it, not one",
+            code="archive_invalid",
+            hint="check that it is the `docker save` (or OCI layout) archive of one image",
+        )
+    return images[0]
+
+
+def _remove_unless_present_before(client: Any, image_id: str, present: set[str]) -> str:
+    """Remove an image this load made; the words to add to the error about it."""
+    if image_id in present:
+        return " (it was in the engine before; left as it was)"
+    try:
+        _engine_call(lambda: client.images.remove(image_id, force=True), f"removing {image_id}")
+    except SglxError as exc:
+        return f" (could not remove it again: {exc.message}; remove it with docker rmi)"
+    return " (removed again)"

@@ -16,7 +16,17 @@ from pathlib import Path
 
 from sglx import __version__
 from sglx.errors import SglxError
-from sglx.report import EXIT_ERROR, Result, error_result, render
+from sglx.failures import (
+    DEBUG_ENV,
+    Parser,
+    UsageError,
+    early_flags,
+    report_broken_pipe,
+    report_interrupt,
+    report_unexpected,
+    report_usage_error,
+)
+from sglx.report import Result, error_result, render
 
 Handler = Callable[[argparse.Namespace], Result]
 EPILOG = (
@@ -121,7 +131,9 @@ def _cmd_arch_schema(args: argparse.Namespace) -> Result:
 
 
 def _add_base(
-    sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+    sub: argparse._SubParsersAction[argparse.ArgumentParser],
+    common: argparse.ArgumentParser,
+    arch_parent: argparse.ArgumentParser,
 ) -> None:
     base = sub.add_parser(
         "base",
@@ -133,25 +145,23 @@ def _add_base(
     verbs = base.add_subparsers(dest="verb", required=True, metavar="VERB")
     p = verbs.add_parser(
         "build",
-        parents=[common],
+        parents=[common, arch_parent],
         help="build a base from Debian with debootstrap",
         description="Debootstrap the profile's Debian suite and packages into a scratch folder "
         "and import it as the profile's base.ref (or --tag). Needs root, debootstrap and a "
         "Docker engine.",
     )
-    p.add_argument("--arch", default=_default_arch(), help="arch profile (default: $ARCH or cpu)")
     p.add_argument("--tag", help="image tag (default: the profile's base.ref)")
     p.add_argument("--mirror", help="Debian mirror URL (default: the profile's base.build.mirror)")
     p.set_defaults(func=_cmd_base_build)
 
     p = verbs.add_parser(
         "ensure",
-        parents=[common],
+        parents=[common, arch_parent],
         help="make sure the arch's base is in the engine (build it if sglx builds it)",
         description="Nothing to do when the base is present; the cpu base is built (as by "
         "`base build`); a vendor base that is missing is an error saying how to get it.",
     )
-    p.add_argument("--arch", default=_default_arch(), help="arch profile (default: $ARCH or cpu)")
     p.add_argument("--mirror", help="Debian mirror URL for a base sglx builds")
     p.set_defaults(func=_cmd_base_ensure)
 
@@ -161,7 +171,9 @@ def _add_base(
         help="load a vendor base carried in as a tar, checksum verified",
         description="Load a base image from a `docker save` archive (or an OCI layout tar) made "
         "on a connected machine. The sha256 comes from --sha256 or FILE.sha256 next to it "
-        "(sha256sum format); a mismatch loads nothing.",
+        "(sha256sum format); a mismatch loads nothing. Its members, manifest (or OCI index) "
+        "and, with --arch, the pinned digest are checked before the engine sees it, and the "
+        "image is tagged only once the engine's id is verified.",
     )
     p.add_argument("file", type=Path, metavar="FILE", help="the image archive")
     p.add_argument("--sha256", help="expected sha256 of FILE (default: read FILE.sha256)")
@@ -255,7 +267,9 @@ def _cmd_model_demo(args: argparse.Namespace) -> Result:
 
 
 def _add_weights(
-    sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+    sub: argparse._SubParsersAction[argparse.ArgumentParser],
+    common: argparse.ArgumentParser,
+    arch_parent: argparse.ArgumentParser,
 ) -> None:
     weights = sub.add_parser(
         "weights",
@@ -269,7 +283,7 @@ def _add_weights(
 
     p = verbs.add_parser(
         "convert",
-        parents=[common],
+        parents=[common, arch_parent],
         help="convert a safetensors checkpoint to an arch's dtype, with a manifest",
         description="Float tensors are stored in the profile's weights.dtype; integer and "
         "quantized tensors are carried as they are; a quantization method the arch refuses "
@@ -285,7 +299,6 @@ def _add_weights(
         help="checkpoint folder (config.json, *.safetensors, optional *.safetensors.index.json)",
     )
     p.add_argument("dst", type=Path, metavar="DST", help="new folder for the converted model")
-    p.add_argument("--arch", default=_default_arch(), help="arch profile (default: $ARCH or cpu)")
     p.add_argument(
         "--max-shard-size",
         metavar="SIZE",
@@ -400,7 +413,7 @@ def _add_scan(
         "--bundle",
         type=Path,
         metavar="DIR",
-        help="a bundle folder: docker-archive *.tar files and wheelhouse/*.whl (provisional)",
+        help="a bundle folder written by `sglx bundle create` (its image chunks and wheelhouse)",
     )
     p.add_argument(
         "--root",
@@ -459,7 +472,9 @@ def _cmd_scan(args: argparse.Namespace) -> Result:
 
 
 def _add_wheels(
-    sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+    sub: argparse._SubParsersAction[argparse.ArgumentParser],
+    common: argparse.ArgumentParser,
+    arch_parent: argparse.ArgumentParser,
 ) -> None:
     wheels = sub.add_parser(
         "wheels",
@@ -473,13 +488,12 @@ def _add_wheels(
 
     p = verbs.add_parser(
         "lock",
-        parents=[common],
+        parents=[common, arch_parent],
         help="resolve the profile's requirements into bundles/locks/<arch>.txt",
         description="Resolve python.requirements with pip's resolver for the image's Python and "
         "glibc (never this machine's), leave out what the base provides, and write the lock "
         "with hashes. --check only compares (exit 1 when stale).",
     )
-    p.add_argument("--arch", default=_default_arch(), help="arch profile (default: $ARCH or cpu)")
     p.add_argument(
         "--find-links",
         type=Path,
@@ -493,23 +507,27 @@ def _add_wheels(
 
     p = verbs.add_parser(
         "fetch",
-        parents=[common],
+        parents=[common, arch_parent],
         help="download the locked wheels into a wheelhouse (connected side)",
         description="Download every wheel of the lock with pip, hash-checked. Resumable: wheels "
         "already present with the right hash are kept, damaged ones fetched again.",
     )
-    p.add_argument("--arch", default=_default_arch(), help="arch profile (default: $ARCH or cpu)")
     p.add_argument("--dest", type=Path, help="wheelhouse folder (default: wheelhouse/<arch>)")
     p.set_defaults(func=_cmd_wheels_fetch)
 
     p = verbs.add_parser(
         "verify",
-        parents=[common],
+        parents=[common, arch_parent],
         help="check a wheelhouse against the lock (exit 1 on a missing or tampered wheel)",
-        description="Every locked wheel must be present with its sha256.",
+        description="Every locked wheel must be present with its sha256. Hashes already checked "
+        "are remembered per user outside the wheelhouse ($SGLX_CACHE_DIR, $XDG_CACHE_HOME/sglx "
+        "or ~/.cache/sglx), keyed on inode, size, mtime and ctime and HMAC-signed; a wheel that "
+        "changed in any way is hashed again.",
     )
-    p.add_argument("--arch", default=_default_arch(), help="arch profile (default: $ARCH or cpu)")
     p.add_argument("--wheelhouse", type=Path, help="folder (default: wheelhouse/<arch>)")
+    p.add_argument(
+        "--full", action="store_true", help="re-hash every wheel, trusting no cached result"
+    )
     p.set_defaults(func=_cmd_wheels_verify)
 
 
@@ -540,7 +558,10 @@ def _cmd_wheels_verify(args: argparse.Namespace) -> Result:
     from sglx.wheels.steps import verify
 
     return verify(
-        load_profile(args.arch), args.wheelhouse, Progress("wheels verify", quiet=args.quiet)
+        load_profile(args.arch),
+        args.wheelhouse,
+        Progress("wheels verify", quiet=args.quiet),
+        full=args.full,
     )
 
 
@@ -550,11 +571,13 @@ def _cmd_wheels_verify(args: argparse.Namespace) -> Result:
 
 
 def _add_image(
-    sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+    sub: argparse._SubParsersAction[argparse.ArgumentParser],
+    common: argparse.ArgumentParser,
+    arch_parent: argparse.ArgumentParser,
 ) -> None:
     image = sub.add_parser(
         "image",
-        help="render Dockerfiles and build per-arch serving images",
+        help="render Dockerfiles, build per-arch serving images, prune build leftovers",
         description="images/<arch>/Dockerfile is rendered from images/Dockerfile.j2 and the "
         "arch profile, and committed. Builds run through the Docker SDK with no network.",
         epilog=EPILOG,
@@ -574,13 +597,12 @@ def _add_image(
 
     p = verbs.add_parser(
         "build",
-        parents=[common],
+        parents=[common, arch_parent],
         help="build the serving image of an arch",
         description="Check the lock and the wheelhouse, convert the model (or generate the demo "
         "model), import wheels and weights into the engine, build the committed Dockerfile with "
         "no network and print tag, image id, size and the layers.",
     )
-    p.add_argument("--arch", default=_default_arch(), help="arch profile (default: $ARCH or cpu)")
     p.add_argument("--base", help="base image reference (default: the profile's base.ref)")
     p.add_argument(
         "--model",
@@ -593,6 +615,20 @@ def _add_image(
         "--no-cache", action="store_true", help="re-import wheels and weights, rebuild every layer"
     )
     p.set_defaults(func=_cmd_image_build)
+
+    p = verbs.add_parser(
+        "prune",
+        parents=[common],
+        help="remove sglx's build leftovers (deps stages, unused payload images) and say how "
+        "much that freed",
+        description="Remove the deps-stage images builds keep for their cache, wheelhouse and "
+        "weights payload images no tagged serving image was built from, and serving images a "
+        "rebuild untagged. Never a tagged serving image, a base, or an image a container uses "
+        "(that one is a finding, exit 1). The next build is slower: it reinstalls the venv.",
+    )
+    p.add_argument("--arch", help="only this arch's leftovers (default: every arch)")
+    p.add_argument("--dry-run", action="store_true", help="only list what would be removed")
+    p.set_defaults(func=_cmd_image_prune)
 
 
 def _cmd_image_render(args: argparse.Namespace) -> Result:
@@ -617,6 +653,204 @@ def _cmd_image_build(args: argparse.Namespace) -> Result:
     )
 
 
+def _cmd_image_prune(args: argparse.Namespace) -> Result:
+    from sglx.image.prune import prune
+    from sglx.progress import Progress
+
+    return prune(args.arch, dry_run=args.dry_run, progress=Progress("image", quiet=args.quiet))
+
+
+# --------------------------------------------------------------------------------------------
+# sglx bundle
+# --------------------------------------------------------------------------------------------
+
+
+def _add_bundle(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser],
+    common: argparse.ArgumentParser,
+    arch_parent: argparse.ArgumentParser,
+) -> None:
+    bundle = sub.add_parser(
+        "bundle",
+        help="create, verify and install air-gapped bundles",
+        description="A bundle is one folder (or one tar of it) carrying everything one arch "
+        "serves with: the image in sha256-checked chunks, bundle.json, SHA256SUMS, install.sh, "
+        "the scan report and versions, optionally wheels, weights and a signature. "
+        "Reference: docs/reference/bundle.md.",
+        epilog=EPILOG,
+    )
+    verbs = bundle.add_subparsers(dest="verb", required=True, metavar="VERB")
+
+    p = verbs.add_parser(
+        "create",
+        parents=[common, arch_parent],
+        help="write a bundle folder for an arch (staged, renamed when complete)",
+        description="Stream `docker save` of the image into chunks hashed as they are written, "
+        "scan the image, write the manifest, SHA256SUMS and install.sh, sign bundle.json "
+        "with --sign. Exit 1 when the image scan has findings (the bundle is still written).",
+    )
+    p.add_argument("--image", metavar="REF", help="image (default: sglx/<arch>:latest)")
+    p.add_argument(
+        "--out", type=Path, metavar="DIR", help="new bundle folder (default: sglx-bundle-ARCH-ID)"
+    )
+    p.add_argument(
+        "--chunk-size", default="1GiB", metavar="SIZE", help="image chunk size (default 1GiB)"
+    )
+    p.add_argument("--sign", type=Path, metavar="KEY", help="sign bundle.json with this ssh key")
+    p.add_argument("--tar", action="store_true", help="also write DIR.tar (uncompressed)")
+    p.add_argument(
+        "--wheelhouse",
+        type=Path,
+        metavar="DIR",
+        help="carry the arch lock's wheels from DIR, for venv installs (default: not carried)",
+    )
+    p.add_argument(
+        "--weights-outside",
+        type=Path,
+        metavar="DIR",
+        help="carry converted weights (sglx weights convert output) beside the image",
+    )
+    p.add_argument("--no-scan", action="store_true", help="do not scan the image")
+    p.set_defaults(func=_cmd_bundle_create)
+
+    signing = argparse.ArgumentParser(add_help=False)
+    signing.add_argument(
+        "--allowed-signers", type=Path, metavar="FILE", help="check the signature against FILE"
+    )
+    signing.add_argument("--identity", metavar="ID", help="the signer identity to require")
+    signing.add_argument(
+        "--require-signature", action="store_true", help="refuse an unsigned bundle"
+    )
+    signing.add_argument("--jobs", type=int, metavar="N", help="hashing threads (default: CPUs)")
+
+    p = verbs.add_parser(
+        "verify",
+        parents=[common, signing],
+        help="check every file, the signature and the image's dependencies, offline",
+        description="Every size and sha256, no missing or extra file, SHA256SUMS against "
+        "bundle.json, the signature when asked, then the dependency scan of the image archive "
+        "with the arch's rules. Exit 1 on findings, each naming the file or chunk to re-copy.",
+    )
+    p.add_argument("bundle", type=Path, metavar="DIR", help="bundle folder, or its .tar")
+    p.add_argument("--no-scan", action="store_true", help="skip the dependency scan")
+    p.set_defaults(func=_cmd_bundle_verify)
+
+    p = verbs.add_parser(
+        "install",
+        parents=[common, signing],
+        help="verify, load the image, install wheels, place weights (resumable)",
+        description="Verifies first; skips the load when the engine has the image id; checks "
+        "free space before writing. The record of verified work lives in --state, so a re-run "
+        "redoes nothing done; --full redoes everything.",
+    )
+    p.add_argument("bundle", type=Path, metavar="DIR", help="bundle folder, or its .tar")
+    p.add_argument("--venv", type=Path, metavar="PATH", help="install the wheelhouse here")
+    p.add_argument("--weights-dir", type=Path, metavar="PATH", help="place external weights here")
+    p.add_argument(
+        "--state",
+        type=Path,
+        metavar="DIR",
+        help="install record folder (default: $SGLX_STATE_DIR or /var/lib/sglx/installs)",
+    )
+    p.add_argument("--full", action="store_true", help="redo every step, ignore the record")
+    p.set_defaults(func=_cmd_bundle_install)
+
+
+def _bundle_jobs(args: argparse.Namespace) -> int:
+    from sglx.bundle.hashing import default_jobs
+
+    if args.jobs is not None and args.jobs < 1:
+        raise SglxError(f"--jobs {args.jobs}: must be 1 or more", code="usage")
+    return int(args.jobs or default_jobs())
+
+
+def _cmd_bundle_create(args: argparse.Namespace) -> Result:
+    from sglx.bundle.create import CreateOptions, create_bundle
+    from sglx.bundle.layout import parse_chunk_size
+    from sglx.profile import load_profile
+    from sglx.progress import Progress
+
+    options = CreateOptions(
+        image=args.image,
+        out=args.out,
+        chunk_size=parse_chunk_size(args.chunk_size),
+        sign_key=args.sign,
+        as_tar=args.tar,
+        wheelhouse=args.wheelhouse,
+        weights_outside=args.weights_outside,
+        scan=not args.no_scan,
+    )
+    return create_bundle(
+        load_profile(args.arch), options, Progress("bundle create", quiet=args.quiet)
+    )
+
+
+def _cmd_bundle_verify(args: argparse.Namespace) -> Result:
+    from sglx.bundle.verify import SignaturePolicy
+    from sglx.bundle.verify_command import verify_bundle
+    from sglx.progress import Progress
+
+    return verify_bundle(
+        args.bundle,
+        signature=SignaturePolicy(args.allowed_signers, args.identity, args.require_signature),
+        scan=not args.no_scan,
+        jobs=_bundle_jobs(args),
+        progress=Progress("bundle verify", quiet=args.quiet),
+    )
+
+
+def _cmd_bundle_install(args: argparse.Namespace) -> Result:
+    from sglx.bundle.install import InstallOptions, default_state, install_bundle
+    from sglx.bundle.verify import SignaturePolicy
+    from sglx.progress import Progress
+
+    options = InstallOptions(
+        state=args.state or default_state(),
+        venv=args.venv,
+        weights_dir=args.weights_dir,
+        full=args.full,
+        signature=SignaturePolicy(args.allowed_signers, args.identity, args.require_signature),
+        jobs=_bundle_jobs(args),
+    )
+    return install_bundle(args.bundle, options, Progress("bundle install", quiet=args.quiet))
+
+
+# --------------------------------------------------------------------------------------------
+# sglx ansible
+# --------------------------------------------------------------------------------------------
+
+
+def _add_ansible(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser],
+    common: argparse.ArgumentParser,
+    arch_parent: argparse.ArgumentParser,
+) -> None:
+    ansible = sub.add_parser(
+        "ansible",
+        help="render the arch profile into the Ansible roles' variables",
+        description="The roles under ansible/ restate no arch fact: they read the variables "
+        "rendered here from the profile. Reference: docs/reference/ansible.md.",
+        epilog=EPILOG,
+    )
+    verbs = ansible.add_subparsers(dest="verb", required=True, metavar="VERB")
+    p = verbs.add_parser(
+        "vars",
+        parents=[common, arch_parent],
+        help="print (or write) the role variables of an arch",
+        description="Print the variables as a YAML group_vars file, or write it with --out "
+        "(atomically). --check compares --out with the profile and exits 1 when it is stale.",
+    )
+    p.add_argument("--out", type=Path, metavar="FILE", help="write the variables to FILE")
+    p.add_argument("--check", action="store_true", help="exit 1 if FILE is stale")
+    p.set_defaults(func=_cmd_ansible_vars)
+
+
+def _cmd_ansible_vars(args: argparse.Namespace) -> Result:
+    from sglx.ansible_vars import ansible_vars
+
+    return ansible_vars(args.arch, args.out, args.check)
+
+
 # --------------------------------------------------------------------------------------------
 # main
 # --------------------------------------------------------------------------------------------
@@ -637,8 +871,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="more logging; -v also shows tracebacks of errors",
     )
     common.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    common.add_argument(
+        "--debug",
+        action="store_true",
+        help=f"show the traceback of an unexpected error (also {DEBUG_ENV}=1)",
+    )
+    # The arch a command works for; `base load` and `scan` declare their own optional --arch.
+    arch_parent = argparse.ArgumentParser(add_help=False)
+    arch_parent.add_argument(
+        "--arch", default=_default_arch(), help="arch profile (default: $ARCH or cpu)"
+    )
 
-    parser = argparse.ArgumentParser(
+    # Subparsers are made of the same class, so every usage error reaches `main`.
+    parser: argparse.ArgumentParser = Parser(
         prog="sglx",
         description="sglx: build, bundle, scan and roll out SGLang for AMD Instinct/Radeon and "
         "Kunlun XPUs (and the cpu reference) in sites with no internet.",
@@ -647,34 +892,49 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"sglx {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_arch(sub, common)
-    _add_base(sub, common)
+    _add_base(sub, common, arch_parent)
     _add_model(sub, common)
-    _add_wheels(sub, common)
-    _add_image(sub, common)
-    _add_weights(sub, common)
+    _add_wheels(sub, common, arch_parent)
+    _add_image(sub, common, arch_parent)
+    _add_weights(sub, common, arch_parent)
     _add_scan(sub, common)
+    _add_bundle(sub, common, arch_parent)
+    _add_ansible(sub, common, arch_parent)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.WARNING - 10 * min(args.verbose, 2),
-        format="sglx: %(levelname)s %(name)s: %(message)s",
-    )
-    command = [a for a in (args.command, getattr(args, "verb", None)) if a]
-    handler: Handler = args.func
+    """Run one command; every failure is a message and exit 2, never a traceback (see
+    sglx.failures). --help and --version still exit through SystemExit(0)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    as_json, debug = early_flags(argv)
+    command: list[str] = []
     try:
-        result = handler(args)
-    except SglxError as exc:
-        if args.verbose:
-            logging.exception("error details")
-        return render(error_result(command, exc), as_json=args.json)
+        args = build_parser().parse_args(argv)
+        as_json, debug = args.json, debug or args.debug or args.verbose > 0
+        logging.basicConfig(
+            level=logging.WARNING - 10 * min(args.verbose, 2),
+            format="sglx: %(levelname)s %(name)s: %(message)s",
+        )
+        command = [a for a in (args.command, getattr(args, "verb", None)) if a]
+        handler: Handler = args.func
+        try:
+            result = handler(args)
+        except SglxError as exc:
+            if debug:
+                logging.exception("error details")
+            result = error_result(command, exc)
+        code = render(result, as_json=as_json)
+        sys.stdout.flush()  # a closed pipe fails here, not in the interpreter's exit
+        return code
+    except UsageError as exc:
+        return report_usage_error(exc, as_json=as_json)
     except KeyboardInterrupt:
-        sys.stderr.write("sglx: interrupted\n")
-        return EXIT_ERROR
-    return render(result, as_json=args.json)
+        return report_interrupt(command, as_json=as_json)
+    except BrokenPipeError:
+        return report_broken_pipe()
+    except Exception as exc:  # the last line of defence: one message, no traceback
+        return report_unexpected(exc, command, as_json=as_json, debug=debug)
 
 
 if __name__ == "__main__":

@@ -19,11 +19,11 @@ CHUNK = 1 << 20
 
 
 def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
+    """The hex sha256 of a file's bytes: the one file-hashing loop of sglx (wheels, bases,
+    weights), done by `hashlib.file_digest`, which reads in large blocks without Python-level
+    looping."""
     with path.open("rb") as handle:
-        while chunk := handle.read(CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
+        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 def atomic_write_text(path: Path, text: str) -> None:

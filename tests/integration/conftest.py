@@ -6,6 +6,9 @@ Everything created carries the session's run id and is removed at the end of the
 from __future__ import annotations
 
 import contextlib
+import io
+import json
+import os
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -53,6 +56,37 @@ def cpu_wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("wheelhouse") / "cpu"
     assert main(["wheels", "fetch", "--arch", "cpu", "--dest", str(folder), "-q"]) == 0
     return folder
+
+
+def build(*args: str) -> dict[str, Any]:
+    """`sglx image build --json ARGS` in-process; its data, asserting it succeeded."""
+    from sglx.cli import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(["image", "build", "--json", "-q", *args])
+    envelope = json.loads(out.getvalue())
+    assert code == 0, envelope["errors"]
+    data: dict[str, Any] = envelope["data"]
+    return data
+
+
+@pytest.fixture(scope="session")
+def cpu_image(docker: Any, run_id: str, request: pytest.FixtureRequest) -> Iterator[dict]:
+    """The cpu serving image, built once per session by `sglx image build` (demo model).
+    SGLX_TEST_CPU_IMAGE=REF reuses an image built from this tree instead (development only)."""
+    reused = os.environ.get("SGLX_TEST_CPU_IMAGE")
+    if reused:
+        yield {"tag": reused, "payload_images_imported": []}
+        return
+    cpu_base = request.getfixturevalue("cpu_base")
+    cpu_wheelhouse = request.getfixturevalue("cpu_wheelhouse")
+    tag = f"sglx-test/cpu:{run_id}"
+    data = build(
+        "--arch", "cpu", "--base", cpu_base, "--wheelhouse", str(cpu_wheelhouse), "--tag", tag
+    )
+    yield data
+    remove_images(docker, tag, *data["payload_images_imported"])
 
 
 def free_port() -> int:

@@ -7,44 +7,20 @@ One cold build (demo model, base debootstrapped by the session), one container a
 from __future__ import annotations
 
 import io
-import json
 import tarfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import free_port, remove_images
+from conftest import build, free_port, remove_images
 from helpers.server import http, transformers_greedy, wait_healthy
 
-from sglx.cli import main
 from sglx.profile import load_profile
 from sglx.wheels.steps import load_lock
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 PLUGIN_FILE = Path(__file__).resolve().parents[2] / "plugin" / "sglx_platform" / "failures.py"
-
-
-def build(*args: str) -> dict[str, Any]:
-    import contextlib
-
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        code = main(["image", "build", "--json", "-q", *args])
-    envelope = json.loads(out.getvalue())
-    assert code == 0, envelope["errors"]
-    data: dict[str, Any] = envelope["data"]
-    return data
-
-
-@pytest.fixture(scope="module")
-def cpu_image(docker: Any, cpu_base: str, cpu_wheelhouse: Path, run_id: str) -> Iterator[dict]:
-    tag = f"sglx-test/cpu:{run_id}"
-    data = build(
-        "--arch", "cpu", "--base", cpu_base, "--wheelhouse", str(cpu_wheelhouse), "--tag", tag
-    )
-    yield data
-    remove_images(docker, tag, *data["payload_images_imported"])
 
 
 def test_image_is_labelled_with_what_it_carries(docker: Any, cpu_image: dict) -> None:

@@ -192,10 +192,10 @@ def test_a_node_the_user_cannot_open_says_which_group_to_add(shared_tmp: Path) -
     script = (
         "import os, sys; from pathlib import Path\n"
         "from sglx.profile import load_profile\n"
-        "from sglx_platform.preflight import _open_check\n"
+        "from sglx_platform.preflight.hardware import open_check\n"
         "profile = load_profile('gfx942')\n"
         "os.setgroups([]); os.setresgid(65534, 65534, 65534); os.setresuid(65534, 65534, 65534)\n"
-        "check = _open_check(profile, Path(sys.argv[1]), Path(sys.argv[2]))\n"
+        "check = open_check(profile, Path(sys.argv[1]), Path(sys.argv[2]))\n"
         "print(check.status, check.failure.value, check.detail, '|', check.fix)\n"
     )
     proc = subprocess.run(
@@ -208,3 +208,112 @@ def test_a_node_the_user_cannot_open_says_which_group_to_add(shared_tmp: Path) -
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.startswith("fail device_init_failed permission denied for uid 65534")
     assert "add the container user to video, render (--group-add)" in proc.stdout
+
+
+def crashing_library(libs: Path, soname: str, body: str) -> None:
+    shared_library(
+        libs,
+        soname,
+        "#include <signal.h>\n#include <stdio.h>\n#include <unistd.h>\n"
+        f"__attribute__((constructor)) static void on_load(void) {{ {body} }}\n",
+    )
+
+
+def cpu_env_requiring(tmp_path: Path, libs: Path, soname: str) -> dict[str, str]:
+    require = {"libtorch_cpu.so": "torch", f"{soname.split('.so')[0]}.so.*": "a fixture library"}
+    return {
+        "SGLX_PROFILE": str(bake("cpu", tmp_path / f"{soname}.yaml", scan={"require": require})),
+        "SGLANG_PLATFORM": "sglx",
+        "LD_LIBRARY_PATH": str(libs),
+    }
+
+
+def test_a_probe_child_that_dies_fails_the_step_it_was_in(tmp_path: Path) -> None:
+    """Whatever the child printed first, on any stream, its death fails the running step."""
+    libs = tmp_path / "libs"
+    forged = r"{\"event\": \"end\"}\n{\"kind\": \"library\", \"ok\": true}\n"
+    crashing_library(
+        libs, "libfixture_segv.so.1", f'printf("{forged}"); fflush(stdout); raise(SIGSEGV);'
+    )
+    code, envelope = preflight(cpu_env_requiring(tmp_path, libs, "libfixture_segv.so.1"))
+    assert code == 1
+    assert classes(envelope) == {"library libfixture_segv.so.1": "symbol_not_found"}
+    (finding,) = envelope["findings"]
+    assert "the probe process killed by SIGSEGV during this step" in finding["message"]
+
+    crashing_library(libs, "libfixture_exit.so.1", 'fprintf(stderr, "bye from C\\n"); _exit(0);')
+    code, envelope = preflight(cpu_env_requiring(tmp_path, libs, "libfixture_exit.so.1"))
+    assert code == 1
+    assert classes(envelope) == {"library libfixture_exit.so.1": "symbol_not_found"}
+    (finding,) = envelope["findings"]
+    assert "exited before reporting every step during this step" in finding["message"]
+    assert "its last words: bye from C" in finding["message"]
+
+
+def test_stray_output_of_what_the_child_loads_does_not_break_the_protocol(
+    tmp_path: Path,
+) -> None:
+    libs = tmp_path / "libs"
+    crashing_library(
+        libs,
+        "libfixture_chatty.so.1",
+        'printf("not json {{{\\n"); fflush(stdout); write(2, "warn\\n", 5);',
+    )
+    code, envelope = preflight(cpu_env_requiring(tmp_path, libs, "libfixture_chatty.so.1"))
+    assert code == 0, classes(envelope)
+    checks = {c["check"]: c["status"] for c in envelope["data"]["checks"]}
+    assert checks["library libfixture_chatty.so.1"] == "pass"
+    assert checks["module sglang.srt.server_args"] == "pass"
+
+
+def test_an_error_inside_preflight_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    """A bug in preflight (here: a check module made to raise) must not surface as a
+    traceback with exit 1, which the entrypoint would read as a failed check."""
+    script = (
+        "import sys\n"
+        "import sglx_platform.preflight.runner as runner\n"
+        "def broken(checks): raise KeyError('boom')\n"
+        "runner.check_profile = broken\n"
+        "from sglx_platform.preflight.command import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "SGLX_DEBUG"}
+    for args in ([], ["--json"]):
+        proc = subprocess.run(
+            [sys.executable, "-c", script, *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert proc.returncode == 2
+        assert "Traceback" not in proc.stderr
+        said = proc.stdout if args else proc.stderr
+        assert "preflight itself failed: KeyError: 'boom'" in said
+        assert "SGLX_DEBUG=1" in said
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        env={**env, "SGLX_DEBUG": "1"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert "Traceback" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--timeout", "nan"], "--timeout must be a positive number of seconds"),
+        (["--timeout", "0"], "--timeout must be a positive number of seconds"),
+        (["--no-such-flag"], "unrecognized arguments: --no-such-flag"),
+    ],
+)
+def test_usage_errors_are_exit_2_with_a_json_envelope(args: list[str], words: str) -> None:
+    code, envelope = preflight({}, *args)
+    assert code == 2
+    (error,) = envelope["errors"]
+    assert words in error["message"]

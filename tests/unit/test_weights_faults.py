@@ -154,7 +154,7 @@ def test_non_finite_or_overflowing_values_stop_the_run_midway_with_nothing_left(
     weight = torch.randn(64, 64)
     weight[17, 3] = value
     tensors = {"a.weight": torch.randn(128, 128), "b.weight": weight}
-    src = save_tensors(scratch("bad-values") / "src", tensors)
+    src = save_tensors(scratch("bad-values") / "src", tensors, config={"model_type": "llama"})
     parent = scratch("out")
 
     with pytest.raises(SglxError) as caught:
@@ -196,9 +196,10 @@ def test_a_failure_in_the_middle_removes_the_staging_folder(
 
     monkeypatch.setattr(writer, "convert_block", failing)
 
-    with pytest.raises(OSError, match="No space left"):
+    with pytest.raises(SglxError, match="No space left") as caught:
         convert_weights(src, parent / "dst", load_profile("gfx942"), jobs=1)
 
+    assert caught.value.code == "write_failed"
     assert calls >= 5
     assert listing(parent) == []
 

@@ -1,21 +1,29 @@
 """`sglx image build`: the per-arch serving image, through the Docker SDK, with no network.
 
-Order of work, each step failing fast with what to do:
+Order of work, cheap local checks first, each step failing fast with what to do:
 1. the profile, its committed Dockerfile (must not be stale) and its lock (must not be stale,
    must not replace the base's packages);
-2. the wheelhouse: every locked wheel present with its sha256 (else the wheel is named);
-3. the base image (else how to get it offline, from the profile);
-4. the weights: the given model converted for the arch (or a generated demo model), with a
+2. the --model folder: a checkpoint with config.json and sound safetensors headers (no byte of
+   weights read yet, no engine contacted);
+3. the wheelhouse: every locked wheel present with its sha256 (else the wheel is named);
+4. the engine and the base image (else how to get it offline, from the profile), and what
+   the base declares it ships, read in a throwaway container of it (base_probe): a base with
+   another Python, or (sglang.wheel 'base') another sglang than the profile's, is refused;
+5. the weights: the given model converted for the arch (or a generated demo model), with a
    manifest;
-5. wheels and weights imported as images, sglx's own packages built as wheels into a small
-   context, and `docker build` with network_mode=none, streaming progress.
+6. wheels and weights imported as images, sglx's own packages built as wheels into a small
+   context, and `docker build` with network_mode=none, streaming progress;
+7. the deps stage the build used is kept for the next build's cache and older ones of the arch
+   on the same base are removed (prune.replace_deps), so builds do not pile up GBs of them.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -28,7 +36,7 @@ import yaml
 from sglx import __version__
 from sglx.engine import docker_client
 from sglx.errors import SglxError
-from sglx.image import payload
+from sglx.image import base_facts, payload, prune
 from sglx.image.render import dockerfile_path, stale
 from sglx.profile import Profile
 from sglx.profile.loader import display_path
@@ -46,6 +54,9 @@ DISTRIBUTIONS = {
     "sglx-kernels": ("kernels",),
 }
 BUILD_LITTER = ("build", "dist", "*.egg-info", "__pycache__", "*.pyc")
+# The classic builder's stream: "Step 7/21 : LABEL ...", then " ---> <12-hex id>" per step.
+STEP_ID = re.compile(r" ---> ([0-9a-f]{12})")
+DEPS_LABEL_STEP = f"LABEL {prune.STAGE_LABEL}={prune.DEPS_STAGE} "
 
 
 @dataclass(frozen=True)
@@ -82,12 +93,17 @@ def build_image(
             "--find-links DIR` and `sglx wheels fetch`",
             code="lock_incomplete",
         )
+    if model is not None:
+        check_model(model)
     folder = wheels or default_wheelhouse(arch)
     progress(f"checking {len(lock.wheels)} wheels in {folder} against {lock_path(arch).name}")
     wheelhouse.require_complete(lock, folder, progress)
     client = docker_client(timeout=BUILD_TIMEOUT_S)
     base_ref = base or profile.base.ref
     base_image = _require_base(client, profile, base_ref)
+    progress(f"reading what {base_ref} ships (pip metadata, /opt/rocm/.info/version)")
+    probe = probe_base(client, profile, base_ref)
+    facts = _check_base(profile, base_ref, probe)
     tag = tag or f"sglx/{arch}:latest"
     with scratch_dir("sglx-build-") as scratch:
         weights = _prepare_model(profile, model, scratch, progress)
@@ -100,9 +116,11 @@ def build_image(
         )
         context = scratch / "context"
         _write_context(profile, weights.name, context, progress)
+        _write_base_report(profile, base_ref, base_image.id, probe, facts, context)
         labels = _labels(profile, lock.digest, len(lock.wheels), weights, base_ref, base_image)
+        labels.update(base_facts.labels(facts))
         progress(f"docker build {tag} (no network)")
-        image_id = _docker_build(
+        image_id, deps_id = docker_build(
             client,
             no_cache,
             context,
@@ -116,6 +134,12 @@ def build_image(
             progress,
         )
     image = client.images.get(image_id)
+    replaced = []
+    if deps_id is not None:
+        deps_id = client.images.get(deps_id).id
+        replaced = prune.replace_deps(
+            client, arch, keep=deps_id, base_id=base_image.id, progress=progress
+        )
     layers = _layer_table(image)
     size = image.attrs["Size"]
     summary = Table(
@@ -139,6 +163,9 @@ def build_image(
             "payload_images": [wheels_image.tag, weights_image.tag],
             # imported by this build (not reused): what a caller that cleans up may remove
             "payload_images_imported": [p.tag for p in (wheels_image, weights_image) if p.imported],
+            # the deps stage kept for the next build's cache, and the older ones removed
+            "deps_image": deps_id,
+            "deps_images_removed": [item.to_json() for item in replaced],
             "layers": [dict(zip(("created_by", "size"), row, strict=True)) for row in layers.rows],
         },
         tables=(summary, layers),
@@ -168,6 +195,77 @@ def _require_base(client: Any, profile: Profile, ref: str) -> Any:
     return image
 
 
+def probe_base(client: Any, profile: Profile, ref: str) -> dict[str, Any]:
+    """What the base declares (base_probe.py run by the base's own Python, no network)."""
+    from docker.errors import APIError, ContainerError
+
+    source = (Path(__file__).parent / "base_probe.py").read_text()
+    try:
+        out = client.containers.run(
+            ref,
+            ["-c", source, "probe"],
+            entrypoint=[profile.python.executable],
+            user="root",
+            network_mode="none",
+            remove=True,
+            stdout=True,
+            stderr=False,
+        )
+        probe: dict[str, Any] = json.loads(out.decode().strip().splitlines()[-1])
+    except (ContainerError, APIError, ValueError, IndexError) as exc:
+        raise SglxError(
+            f"could not read what base image {ref} ships with {profile.python.executable}: "
+            f"{str(exc).strip()[-500:]}",
+            hint="python.executable in the profile must be the base's interpreter",
+            code="base_unusable",
+        ) from None
+    return probe
+
+
+def _check_base(profile: Profile, ref: str, probe: dict[str, Any]) -> list[base_facts.Fact]:
+    facts = base_facts.compare(profile, probe)
+    by_name = {f.name: f for f in facts}
+    python = by_name["python"]
+    if python.matches is False:
+        raise SglxError(
+            f"base image {ref} has Python {python.found} at {probe.get('executable')}; the "
+            f"{profile.arch} profile and its lock are for Python {python.expected}",
+            hint="load the base the profile names, or set python.version (and relock)",
+            code="base_python_mismatch",
+        )
+    sglang = by_name["sglang"]
+    if sglang.matches is False:
+        shown = f"sglang {sglang.found}" if sglang.found else "no sglang"
+        raise SglxError(
+            f"base image {ref} ships {shown}; this sglx's plugin supports sglang {sglang.expected}",
+            hint=f"load the upstream image of sglang {sglang.expected} ({profile.base.obtain})",
+            code="base_sglang_mismatch",
+        )
+    return facts
+
+
+def _write_base_report(
+    profile: Profile,
+    ref: str,
+    image_id: str,
+    probe: dict[str, Any],
+    facts: list[base_facts.Fact],
+    context: Path,
+) -> None:
+    """etc/base.json (-> /etc/sglx/base.json): the base the image was built on, for preflight;
+    and the probe script the deps stage runs. Deterministic, so the layer cache holds."""
+    report = {
+        "ref": ref,
+        "digest": image_id,
+        "python": probe.get("python"),
+        "executable": probe.get("executable"),
+        "facts": [f.to_json() for f in facts],
+        "missing_provided": base_facts.missing_provided(profile, probe),
+    }
+    (context / "etc" / "base.json").write_text(json.dumps(report, indent=1, sort_keys=True) + "\n")
+    shutil.copy2(Path(__file__).parent / "base_probe.py", context / "base_probe.py")
+
+
 def _prepare_model(
     profile: Profile, model: Path | None, scratch: Path, progress: Progress
 ) -> Model:
@@ -180,12 +278,6 @@ def _prepare_model(
 
         progress("no --model given: generating the sglx demo model (random weights)")
         model = make_demo_model(scratch / "demo")
-    elif not model.is_dir():
-        raise SglxError(
-            f"--model {model}: no such folder",
-            code="usage",
-            hint="pass a Hugging Face checkpoint folder (config.json, *.safetensors)",
-        )
     name = "demo" if demo else model.name
     if (model / MANIFEST_NAME).is_file() and read_manifest(model).arch == profile.arch:
         progress(f"{model} is already converted for {profile.arch}")
@@ -195,6 +287,24 @@ def _prepare_model(
         progress(f"converting {name} to {profile.weights.dtype} for {profile.arch}")
         convert_weights(model, converted, profile, progress=progress)
     return Model(converted, name, manifest_digest(converted), demo)
+
+
+def check_model(model: Path) -> None:
+    """Fail before any slow step unless `model` looks like a checkpoint sglx can convert:
+    a folder with config.json and sound safetensors headers (only headers are read)."""
+    from sglx.weights.checkpoint import CONFIG_NAME, read_checkpoint
+
+    hint = "pass a Hugging Face checkpoint folder (config.json, *.safetensors)"
+    if not model.is_dir():
+        raise SglxError(f"--model {model}: no such folder", code="usage", hint=hint)
+    if not (model / CONFIG_NAME).is_file():
+        raise SglxError(
+            f"--model {model}: no {CONFIG_NAME} in the folder, so it is not a model checkpoint",
+            code="usage",
+            hint=hint,
+            path=str(model / CONFIG_NAME),
+        )
+    read_checkpoint(model)
 
 
 def _write_context(profile: Profile, model_name: str, context: Path, progress: Progress) -> None:
@@ -309,7 +419,7 @@ def _revision() -> str:
     return f"{rev}-dirty" if dirty else rev
 
 
-def _docker_build(
+def docker_build(
     client: Any,
     no_cache: bool,
     context: Path,
@@ -317,9 +427,11 @@ def _docker_build(
     buildargs: dict[str, str],
     labels: dict[str, str],
     progress: Progress,
-) -> str:
+) -> tuple[str, str | None]:
+    """Run the build; return the image id and the (short) id of the deps stage it ended with."""
     tail: list[str] = []
     image_id = ""
+    deps = DepsStage()
     stream = client.api.build(
         path=str(context),
         tag=tag,
@@ -347,11 +459,28 @@ def _docker_build(
             if not line:
                 continue
             tail = [*tail[-40:], line]
+            deps.feed(line)
             if line.startswith("Step ") or line.startswith(" ---> Using cache"):
                 progress(line.strip())
     if not image_id:
         image_id = client.images.get(tag).id
-    return image_id
+    return image_id, deps.image_id
+
+
+class DepsStage:
+    """Follows the build output to the image the deps stage's LABEL step made (or reused):
+    the one deps-stage image the next build's cache needs."""
+
+    def __init__(self) -> None:
+        self.image_id: str | None = None
+        self._in_label_step = False
+
+    def feed(self, line: str) -> None:
+        if line.startswith("Step "):
+            instruction = line.partition(" : ")[2].strip()
+            self._in_label_step = (instruction + " ").startswith(DEPS_LABEL_STEP)
+        elif self._in_label_step and (match := STEP_ID.fullmatch(line.rstrip())):
+            self.image_id = match.group(1)
 
 
 def _build_hint(tail: list[str]) -> str:

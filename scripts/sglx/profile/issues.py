@@ -40,6 +40,12 @@ class ProfileIssue:
         )
 
 
+DEFAULT_HINT = (
+    "fix the profile, then run `sglx arch validate`; every key is described in "
+    "docs/reference/profile.md"
+)
+
+
 class ProfileError(SglxError):
     """A profile that does not load; carries every issue found, not just the first."""
 
@@ -47,9 +53,7 @@ class ProfileError(SglxError):
         self.issues = tuple(issues)
         super().__init__(
             "\n".join(str(i) for i in issues),
-            hint=hint
-            or "fix the profile, then run `sglx arch validate`; every key is described in "
-            "docs/reference/profile.md",
+            hint=hint or DEFAULT_HINT,
             code="invalid_profile",
             path=issues[0].file if issues else None,
         )

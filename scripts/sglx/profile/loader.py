@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +19,7 @@ import yaml
 from pydantic import ValidationError
 
 from sglx.errors import SglxError
+from sglx.profile.bounded_yaml import BoundedSafeLoader, YamlBoundError
 from sglx.profile.issues import (
     KeyPath,
     ProfileError,
@@ -31,6 +33,13 @@ from sglx.profile.schema import Profile
 PROFILE_FILE = "arch.yaml"
 SHARED_DIR = "shared"
 IMAGES_DIR_ENV = "SGLX_IMAGES_DIR"
+MAX_PROFILE_BYTES = 1024 * 1024
+"""Largest profile or fragment read (the shipped ones are under 10 KiB)."""
+MAX_CHAIN_FILES = 32
+"""Most files one profile's extends chain may load (a fragment reached twice counts twice)."""
+# Arch and fragment names become path parts: no separators, no dots, nothing hidden.
+NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
+NAME_RULE = "lowercase letters, digits, '-' and '_', starting with a letter or digit"
 
 
 @dataclass(frozen=True)
@@ -56,15 +65,17 @@ def display_path(path: Path) -> str:
 
 def _read_layer(file: Path) -> _Layer:
     shown = display_path(file)
+    text = _read_text(file, shown)
+    loader = BoundedSafeLoader(text)
     try:
-        text = file.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ProfileError([ProfileIssue(shown, "", "file not found")]) from None
-    except OSError as exc:
-        raise ProfileError([ProfileIssue(shown, "", f"cannot read: {exc.strerror}")]) from None
-    try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        node = loader.get_single_node()
+        # Key lines first: constructing flattens YAML merge keys ("<<") into the nodes.
+        lines = _key_lines(node, shown)
+        data = None if node is None else loader.construct_document(node)
+    except YamlBoundError as exc:
+        raise ProfileError(
+            [ProfileIssue(shown, "", exc.message, exc.line)], hint=exc.hint
+        ) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         line = None if mark is None else mark.line + 1
@@ -75,6 +86,8 @@ def _read_layer(file: Path) -> _Layer:
         ) from None
     except yaml.YAMLError as exc:
         raise ProfileError([ProfileIssue(shown, "", f"invalid YAML: {exc}")]) from None
+    finally:
+        loader.dispose()
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -85,7 +98,36 @@ def _read_layer(file: Path) -> _Layer:
                 )
             ]
         )
-    lines: dict[tuple[str | int, ...], int] = {}
+    return _Layer(file=file, data=data, lines=lines)
+
+
+def _read_text(file: Path, shown: str) -> str:
+    """The file's text, refused past `MAX_PROFILE_BYTES` or when it is not UTF-8."""
+    try:
+        with file.open("rb") as handle:
+            raw = handle.read(MAX_PROFILE_BYTES + 1)
+    except FileNotFoundError:
+        raise ProfileError([ProfileIssue(shown, "", "file not found")]) from None
+    except OSError as exc:
+        raise ProfileError([ProfileIssue(shown, "", f"cannot read: {exc.strerror}")]) from None
+    if len(raw) > MAX_PROFILE_BYTES:
+        raise ProfileError(
+            [ProfileIssue(shown, "", f"larger than {MAX_PROFILE_BYTES // 1024} KiB")],
+            hint="a profile is a few KiB of YAML; is this the right file?",
+        )
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise ProfileError(
+            [ProfileIssue(shown, "", f"not UTF-8 text (byte 0x{raw[exc.start]:02x})", line)],
+            hint="save the file as UTF-8",
+        ) from None
+
+
+def _key_lines(node: yaml.Node | None, shown: str) -> dict[KeyPath, int]:
+    """The line of every key path; duplicate keys are refused (YAML would keep the last)."""
+    lines: dict[KeyPath, int] = {}
     duplicates: list[ProfileIssue] = []
     if node is not None:
         for path, key_node, seen_before in _walk_nodes(node, ()):
@@ -101,7 +143,7 @@ def _read_layer(file: Path) -> _Layer:
             lines.setdefault(path, key_node.start_mark.line + 1)
     if duplicates:
         raise ProfileError(duplicates)
-    return _Layer(file=file, data=data, lines=lines)
+    return lines
 
 
 def _walk_nodes(node: yaml.Node, prefix: KeyPath) -> Iterator[tuple[KeyPath, yaml.Node, bool]]:
@@ -162,9 +204,20 @@ def known_arches(root: Path | None = None) -> list[str]:
     return sorted(p.parent.name for p in root.glob(f"*/{PROFILE_FILE}"))
 
 
+def check_arch_name(arch: str) -> str:
+    """`arch` when it is a plain name; an error otherwise (it becomes images/<arch>/)."""
+    if not NAME_PATTERN.fullmatch(arch):
+        raise SglxError(
+            f"invalid arch name {arch!r}: an arch is a plain name ({NAME_RULE})",
+            hint="e.g. cpu or gfx942; `sglx arch list` shows the known arches",
+            code="usage",
+        )
+    return arch
+
+
 def profile_path(arch: str, root: Path | None = None) -> Path:
     root = images_dir() if root is None else root
-    path = root / arch / PROFILE_FILE
+    path = root / check_arch_name(arch) / PROFILE_FILE
     if not path.is_file():
         known = known_arches(root)
         close = difflib.get_close_matches(arch, known, n=1)
@@ -184,7 +237,8 @@ def load_profile(arch: str, root: Path | None = None) -> Profile:
 
 def load_profile_file(file: Path) -> Profile:
     """Load `file` (an arch.yaml), resolve its extends chain and validate the result."""
-    layers = _resolve_chain(Path(file), shared_dir=Path(file).parent.parent / SHARED_DIR, seen=())
+    layers: list[_Layer] = []
+    _resolve_chain(Path(file), Path(file).parent.parent / SHARED_DIR, (), layers)
     merged: dict[str, Any] = {}
     for layer in layers:
         merged = _merge(merged, {k: v for k, v in layer.data.items() if k != "extends"})
@@ -211,7 +265,10 @@ def load_profile_file(file: Path) -> Profile:
         raise ProfileError(issues) from None
 
 
-def _resolve_chain(file: Path, shared_dir: Path, seen: tuple[Path, ...]) -> list[_Layer]:
+def _resolve_chain(
+    file: Path, shared_dir: Path, seen: tuple[Path, ...], layers: list[_Layer]
+) -> None:
+    """Append `file`'s layers to `layers`, parents first."""
     if file in seen:
         chain = " -> ".join(display_path(p) for p in (*seen, file))
         raise ProfileError([ProfileIssue(display_path(file), "extends", f"cycle: {chain}")])
@@ -219,33 +276,77 @@ def _resolve_chain(file: Path, shared_dir: Path, seen: tuple[Path, ...]) -> list
     parents = layer.data.get("extends", [])
     if isinstance(parents, str):
         parents = [parents]
+    line = layer.lines.get(("extends",))
     if not isinstance(parents, list) or not all(isinstance(p, str) for p in parents):
+        found = describe_kind(parents)
         raise ProfileError(
             [
                 ProfileIssue(
                     layer.shown,
                     "extends",
-                    f"expected a fragment name or a list of names, found {describe_kind(parents)}",
-                    layer.lines.get(("extends",)),
+                    f"expected a fragment name or a list of names, found {found}",
+                    line,
                 )
             ]
         )
-    layers: list[_Layer] = []
     for name in parents:
-        parent = shared_dir / f"{name}.yaml"
-        if not parent.is_file():
-            available = sorted(p.stem for p in shared_dir.glob("*.yaml"))
+        parent = _fragment_path(name, shared_dir, layer, line)
+        if len(layers) + len(seen) + 2 > MAX_CHAIN_FILES:  # + this file and its parent
             raise ProfileError(
                 [
                     ProfileIssue(
                         layer.shown,
                         "extends",
-                        f"no shared fragment '{name}' ({display_path(parent)}); available: "
-                        f"{', '.join(available) or 'none'}",
-                        layer.lines.get(("extends",)),
+                        f"the extends chain loads more than {MAX_CHAIN_FILES} files",
+                        line,
                     )
-                ]
+                ],
+                hint="extend fewer fragments; a fragment may itself extend the ones it needs",
             )
-        layers.extend(_resolve_chain(parent, shared_dir, (*seen, file)))
+        _resolve_chain(parent, shared_dir, (*seen, file), layers)
     layers.append(layer)
-    return layers
+
+
+def _fragment_path(name: str, shared_dir: Path, layer: _Layer, line: int | None) -> Path:
+    """images/shared/<name>.yaml, for a plain name of a fragment that exists there."""
+    if not NAME_PATTERN.fullmatch(name):
+        raise ProfileError(
+            [
+                ProfileIssue(
+                    layer.shown,
+                    "extends",
+                    f"invalid fragment name {name!r}: a fragment is named by the stem of a file "
+                    f"in {display_path(shared_dir)}/ ({NAME_RULE})",
+                    line,
+                )
+            ],
+            hint="e.g. `extends: [base, rocm]` for shared/base.yaml and shared/rocm.yaml",
+        )
+    parent = shared_dir / f"{name}.yaml"
+    if not parent.is_file():
+        available = sorted(p.stem for p in shared_dir.glob("*.yaml"))
+        raise ProfileError(
+            [
+                ProfileIssue(
+                    layer.shown,
+                    "extends",
+                    f"no shared fragment '{name}' ({display_path(parent)}); available: "
+                    f"{', '.join(available) or 'none'}",
+                    line,
+                )
+            ]
+        )
+    if not parent.resolve().is_relative_to(shared_dir.resolve()):
+        raise ProfileError(
+            [
+                ProfileIssue(
+                    layer.shown,
+                    "extends",
+                    f"fragment '{name}' ({display_path(parent)}) is a link to "
+                    f"{parent.resolve()}, outside {display_path(shared_dir)}/",
+                    line,
+                )
+            ],
+            hint="copy the fragment into the shared folder instead of linking to it",
+        )
+    return parent

@@ -13,9 +13,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sglx.scan.elf import ElfInfo, ElfKind
+from sglx.scan.elf import BAD_HEADERS, TRUNCATED, ElfInfo, ElfKind, FileProblem
 from sglx.scan.inventory import take_inventory
-from sglx.scan.loader import HOST, MISSING, Closure, ElfCache, Loader
+from sglx.scan.loader import BROKEN, HOST, MISSING, Closure, ElfCache, Loader
 from sglx.scan.rootfs import RootFS
 from sglx.scan.rules import (
     LOADED_FIRST,
@@ -59,6 +59,9 @@ class Unresolved:
     # the name resolves only in a process that loaded one of them first (torch before
     # torchvision).
     elsewhere: tuple[str, ...] = ()
+    # The file the loader ends at but cannot use (cut short, unreadable), and what is wrong.
+    broken: str | None = None
+    problem: FileProblem | None = None
 
 
 @dataclass(frozen=True)
@@ -88,7 +91,8 @@ class ScanReport:
     files: int = 0
     elf_files: int = 0
     kinds: dict[str, int] = field(default_factory=dict)
-    unreadable: dict[str, str] = field(default_factory=dict)
+    unreadable: dict[str, str] = field(default_factory=dict)  # ELF headers unreadable: listed
+    damaged: dict[str, FileProblem] = field(default_factory=dict)  # cut short, unreadable
     dependencies: int = 0  # distinct (file, needed name) pairs checked
     unresolved: list[Unresolved] = field(default_factory=list)
     accepted: list[Accepted] = field(default_factory=list)
@@ -134,8 +138,10 @@ def analyze(
     progress(f"scanning {target.label}")
     inventory = take_inventory(rootfs, target.subtrees, jobs=jobs, progress=progress)
     report.files = inventory.files
-    report.elf_files = len(inventory.elves) + len(inventory.unreadable)
+    cut = {path for path, problem in inventory.damaged.items() if problem.kind == TRUNCATED}
+    report.elf_files = len(inventory.elves.keys() | inventory.unreadable.keys() | cut)
     report.unreadable = dict(sorted(inventory.unreadable.items()))
+    report.damaged = dict(sorted(inventory.damaged.items()))
     report.kinds = dict(Counter(info.kind.describe() for info in inventory.elves.values()))
     report.seconds = {"walk": inventory.seconds_walk, "read": inventory.seconds_read}
 
@@ -143,7 +149,9 @@ def analyze(
     for path, info in inventory.elves.items():
         elves.add(path, info)
     for path, reason in inventory.unreadable.items():
-        elves.add(path, None, reason)
+        elves.add(path, None, FileProblem(BAD_HEADERS, reason))
+    for path, problem in inventory.damaged.items():
+        elves.add(path, inventory.elves.get(path), problem)
     loader = Loader(
         rootfs,
         elves,
@@ -233,15 +241,18 @@ def _collect(
     """Fold the closures into distinct (file, needed name) pairs and their worst outcome."""
     pairs: set[tuple[str, str]] = set()
     missing: dict[tuple[str, str], tuple[tuple[str, ...], list[str], bool, ElfKind]] = {}
+    broken: dict[tuple[str, str], tuple[str | None, FileProblem | None]] = {}
     hosted: dict[str, set[str]] = {}
     for closure in closures:
         for res in closure.resolutions:
             key = (res.requester, res.name)
             pairs.add(key)
-            if res.how == MISSING:
+            if res.how in (MISSING, BROKEN):
                 # Every object of a process has the main object's kind (the loader skips others).
                 entry = missing.setdefault(key, (res.searched, [], res.interpreter, closure.kind))
                 entry[1].append(closure.root)
+                if res.how == BROKEN:
+                    broken.setdefault(key, (res.target, res.problem))
             elif res.how == HOST:
                 hosted.setdefault(res.name, set()).add(res.requester)
     report.dependencies = len(pairs)
@@ -253,6 +264,7 @@ def _collect(
             tuple(dict.fromkeys(roots)),
             interpreter,
             () if interpreter else tuple(sorted(p for p, k in names.get(name, ()) if k == kind)),
+            *broken.get((file, name), (None, None)),
         )
         for (file, name), (searched, roots, interpreter, kind) in sorted(missing.items())
     ]
@@ -285,8 +297,8 @@ def _accept(report: ScanReport, rules: Rules, rootfs: RootFS) -> None:
 
 
 def _acceptance(item: Unresolved, rules: Rules, optional: dict[str, Rule]) -> Accepted | None:
-    if item.interpreter:
-        return None
+    if item.interpreter or item.broken is not None:
+        return None  # a file that is there but damaged is never an accepted absence
     if item.file in optional and all(root in optional for root in item.roots):
         rule = optional[item.file]
         return Accepted(item, OPTIONAL_FILES, rule.pattern, rule.reason)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -52,6 +53,29 @@ class ElfError(Exception):
     """The file starts like an ELF file but its headers or dynamic segment are unreadable."""
 
 
+class ElfTruncated(ElfError):
+    """The file ends before what the loader reads: cut short (an interrupted copy or download).
+
+    Told apart from other unreadable headers because separate debug-info files also have
+    dynamic segments that point nowhere, yet are whole: their program header table and every
+    segment's file bytes lie inside the file. glibc fails on such a file where it finds it
+    ("file too short", or SIGBUS when it touches a segment past the end) rather than searching on.
+    """
+
+
+# What is wrong with a file the scan could not use (`FileProblem.kind`).
+TRUNCATED = "truncated"  # an ELF file cut short: a finding
+UNREADABLE = "unreadable"  # could not be opened or read (permissions, I/O error): a finding
+BAD_HEADERS = "bad_headers"  # ELF magic, headers unreadable (e.g. debug-info files): listed
+
+
+class FileProblem(NamedTuple):
+    """Why a file that may be an ELF file was not resolved, and how bad that is."""
+
+    kind: str  # TRUNCATED, UNREADABLE or BAD_HEADERS
+    reason: str
+
+
 class ElfKind(NamedTuple):
     """What must match between an object and the libraries it may load (glibc `open_verify`).
 
@@ -81,6 +105,9 @@ class ElfInfo:
     runpath: tuple[str, ...] | None  # DT_RUNPATH entries; None when absent
     nodeflib: bool  # DF_1_NODEFLIB: skip the default directories
     dynamic: bool  # has a PT_DYNAMIC segment
+    # Set when the file ends before its section header table: what the loader reads is all
+    # there (it never reads section headers), but the copy is incomplete.
+    cut_short: str | None = None
 
     @property
     def loadable(self) -> bool:
@@ -114,6 +141,23 @@ def read_elf(path: str) -> ElfInfo | None:
             return _parse(handle, head, os.fstat(handle.fileno()).st_size)
         except (ConstructError, ValueError, KeyError, UnicodeDecodeError) as exc:
             raise ElfError(f"unreadable ELF headers ({exc.__class__.__name__}: {exc})") from None
+
+
+def inspect_elf(path: str) -> tuple[ElfInfo | None, FileProblem | None]:
+    """`read_elf`, with each way it can fail sorted into a `FileProblem`."""
+    try:
+        info = read_elf(path)
+        if info is not None and info.cut_short is not None:
+            return info, FileProblem(TRUNCATED, info.cut_short)
+        return info, None
+    except ElfTruncated as exc:
+        return None, FileProblem(TRUNCATED, str(exc))
+    except ElfError as exc:
+        return None, FileProblem(BAD_HEADERS, str(exc))
+    except OSError as exc:
+        return None, FileProblem(
+            UNREADABLE, f"cannot be read ({exc.strerror}), so it was not checked"
+        )
 
 
 @dataclass(frozen=True)
@@ -200,14 +244,30 @@ def _parse(handle: BinaryIO, head: bytes, size: int) -> ElfInfo:
     elf_class = 32 if head[4] == 1 else 64
     little_endian = head[5] == 1
     if len(head) < _HEADER_SIZE[elf_class]:
-        raise ElfError("truncated ELF header")
+        raise ElfTruncated(
+            f"cut short: the file is {size} bytes, less than the {_HEADER_SIZE[elf_class]}-byte "
+            "ELF header; the loader cannot map it"
+        )
     structs = _structs(little_endian, elf_class)
     ehdr = structs.ehdr.row(head, EI_NIDENT)
     machine = _E_MACHINE_NAMES.get(ehdr["e_machine"], f"EM_{ehdr['e_machine']}")
     kind = ElfKind(elf_class, little_endian, machine)
     elf_type = _E_TYPE_NAMES.get(ehdr["e_type"], f"ET_{ehdr['e_type']}")
 
+    if ehdr["e_phnum"] and ehdr["e_phnum"] <= _MAX_PHNUM:
+        _check_extent([ehdr["e_phoff"] + ehdr["e_phnum"] * ehdr["e_phentsize"]], size)
     segments = _program_headers(handle, ehdr, structs.phdr, size)
+    # Only segments with file bytes: a debug-info file keeps its segments with no bytes at the
+    # offsets of the library it was split from, beyond its own end.
+    _check_extent(
+        (
+            s["p_offset"] + s["p_filesz"]
+            for s in segments
+            if s["p_type"] in _SEGMENTS_READ and s["p_filesz"]
+        ),
+        size,
+    )
+    cut_short = _section_table_cut(ehdr, size)
     loads = [s for s in segments if s["p_type"] == _PT_LOAD]
     interpreter = None
     dynamic = None
@@ -218,7 +278,7 @@ def _parse(handle: BinaryIO, head: bytes, size: int) -> ElfInfo:
         elif segment["p_type"] == _PT_DYNAMIC and dynamic is None:
             dynamic = segment
     if dynamic is None:
-        return ElfInfo(kind, elf_type, interpreter, (), None, (), None, False, False)
+        return ElfInfo(kind, elf_type, interpreter, (), None, (), None, False, False, cut_short)
 
     entries = _dynamic_entries(handle, dynamic, structs.dyn, size)
     strtab_addr = entries.get("DT_STRTAB", [None])[0]
@@ -252,6 +312,38 @@ def _parse(handle: BinaryIO, head: bytes, size: int) -> ElfInfo:
         runpath=_split_paths(runpath) if runpath else None,
         nodeflib=bool(flags_1 & DF_1_NODEFLIB),
         dynamic=True,
+        cut_short=cut_short,
+    )
+
+
+_SEGMENTS_READ = (_PT_LOAD, _PT_DYNAMIC, _PT_INTERP)
+
+
+def _check_extent(ends: Iterable[int], size: int) -> None:
+    """Raise `ElfTruncated` when what the loader reads ends past the end of the file."""
+    needed = max(ends, default=0)
+    if needed > size:
+        raise ElfTruncated(
+            f"cut short: the file is {size} bytes, its program headers describe {needed}; the "
+            "loader cannot map it"
+        )
+
+
+def _section_table_cut(ehdr: dict[str, int], size: int) -> str | None:
+    """Why the file is incomplete although the loader could map it, or None when it is whole.
+
+    The section header table is written last, at the end of the file: a copy cut anywhere
+    loses it first.
+    """
+    if not ehdr["e_shoff"]:
+        return None
+    # e_shnum 0 with e_shoff set: the count is in the first entry, which must be there.
+    end = ehdr["e_shoff"] + max(ehdr["e_shnum"], 1) * ehdr["e_shentsize"]
+    if end <= size:
+        return None
+    return (
+        f"cut short: the file is {size} bytes, its section header table ends at byte {end}; "
+        "the loader may still map it, but the copy is incomplete"
     )
 
 

@@ -15,6 +15,7 @@ bench/scan), so smaller trees are read in-process.
 
 from __future__ import annotations
 
+import errno
 import multiprocessing
 import os
 import time
@@ -22,9 +23,11 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
-from sglx.scan.elf import ELF_MAGIC, ElfError, ElfInfo, read_elf
+from sglx.scan.elf import BAD_HEADERS, ELF_MAGIC, UNREADABLE, ElfInfo, FileProblem, inspect_elf
 from sglx.scan.rootfs import Kind, RootFS
 
+# A file or folder that went away (or became a link) between listing and opening: not a problem.
+_GONE = frozenset({errno.ENOENT, errno.ENOTDIR, errno.ELOOP})
 # Pseudo filesystems of a live system: never walked when they sit at the top of the root.
 _SKIP_TOP = frozenset({"/proc", "/sys", "/dev"})
 TEXT_SUFFIXES = frozenset(
@@ -42,11 +45,18 @@ _PROGRESS_EVERY_S = 2.0
 
 @dataclass
 class Inventory:
-    """What a walk found: how many regular files, and the facts of each ELF file among them."""
+    """What a walk found: how many regular files, and the facts of each ELF file among them.
+
+    Files the scan could not use are sorted by how bad that is: `damaged` (an ELF file cut
+    short, a file or folder that cannot be read: findings, since what is in them goes
+    unchecked and a process loading them fails too) and `unreadable` (ELF headers that cannot
+    be read, such as separate debug-info files: listed only).
+    """
 
     files: int = 0
     elves: dict[str, ElfInfo] = field(default_factory=dict)  # canonical path -> facts
     unreadable: dict[str, str] = field(default_factory=dict)  # canonical path -> why
+    damaged: dict[str, FileProblem] = field(default_factory=dict)  # canonical path -> problem
     seconds_walk: float = 0.0
     seconds_read: float = 0.0
 
@@ -61,7 +71,8 @@ def take_inventory(
     """Walk `subtrees` (virtual paths) without following links and read every ELF file."""
     inventory = Inventory()
     started = time.monotonic()
-    paths, inventory.files = _walk(rootfs, subtrees, progress)
+    paths, inventory.files, unlisted = _walk(rootfs, subtrees, progress)
+    inventory.damaged.update(unlisted)
     inventory.seconds_walk = time.monotonic() - started
     progress(
         f"{inventory.files} files found in {inventory.seconds_walk:.1f} s; "
@@ -69,20 +80,26 @@ def take_inventory(
     )
     started = time.monotonic()
     hosts = [rootfs.host_path(p) for p in paths]
-    for index, info, error in _read_all(hosts, jobs, progress):
-        if error is not None:
-            inventory.unreadable[paths[index]] = error
-        elif info is not None:
+    for index, info, problem in _read_all(hosts, jobs, progress):
+        if info is not None:  # usable, even if cut short past what the loader reads
             inventory.elves[paths[index]] = info
+        if problem is None:
+            continue
+        if problem.kind == BAD_HEADERS:
+            inventory.unreadable[paths[index]] = problem.reason
+        else:
+            inventory.damaged[paths[index]] = problem
     inventory.seconds_read = time.monotonic() - started
     return inventory
 
 
 def _walk(
     rootfs: RootFS, subtrees: Sequence[str], progress: Callable[[str], None]
-) -> tuple[list[str], int]:
-    """Files to open (virtual paths), and how many regular files there are in all."""
+) -> tuple[list[str], int, dict[str, FileProblem]]:
+    """Files to open (virtual paths), how many regular files there are in all, and the folders
+    that could not be listed (their files go unchecked)."""
     paths: list[str] = []
+    unlisted: dict[str, FileProblem] = {}
     skipped = 0
     seen: set[str] = set()
     last = time.monotonic()
@@ -100,7 +117,10 @@ def _walk(
             try:
                 with os.scandir(rootfs.host_path(directory)) as it:
                     entries = list(it)
-            except OSError:
+            except OSError as exc:
+                if exc.errno not in _GONE:
+                    reason = f"folder cannot be listed ({exc.strerror}): its files were not checked"
+                    unlisted[directory] = FileProblem(UNREADABLE, reason)
                 continue
             prefix = "" if directory == "/" else directory
             for entry in entries:
@@ -118,34 +138,41 @@ def _walk(
             if time.monotonic() - last > _PROGRESS_EVERY_S:
                 last = time.monotonic()
                 progress(f"walking: {len(paths) + skipped} files so far")
-    return paths, len(paths) + skipped
+    return paths, len(paths) + skipped, unlisted
 
 
-_Read = tuple[int, ElfInfo | None, str | None]
+_Read = tuple[int, ElfInfo | None, FileProblem | None]
 
 
 def _read_chunk(start: int, hosts: Sequence[str]) -> list[_Read]:
-    """Read the ELF files among `hosts`; only ELF files (and failures) are returned."""
+    """Read the ELF files among `hosts`; only ELF files and files that fail are returned.
+
+    A file that cannot be opened or read may be an ELF file: nobody can tell, so it is a
+    problem, not skipped.
+    """
     out: list[_Read] = []
     for offset, path in enumerate(hosts):
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        except OSError:
+        except OSError as exc:
+            if exc.errno not in _GONE:
+                problem = FileProblem(
+                    UNREADABLE, f"cannot be opened ({exc.strerror}), so it was not checked"
+                )
+                out.append((start + offset, None, problem))
             continue
         try:
             magic = os.read(fd, 4)
-        except OSError:
-            magic = b""
+        except OSError as exc:
+            problem = FileProblem(
+                UNREADABLE, f"cannot be read ({exc.strerror}), so it was not checked"
+            )
+            out.append((start + offset, None, problem))
+            continue
         finally:
             os.close(fd)
-        if magic != ELF_MAGIC:
-            continue
-        try:
-            out.append((start + offset, read_elf(path), None))
-        except ElfError as exc:
-            out.append((start + offset, None, str(exc)))
-        except OSError as exc:
-            out.append((start + offset, None, f"unreadable: {exc.strerror}"))
+        if magic == ELF_MAGIC:
+            out.append((start + offset, *inspect_elf(path)))
     return out
 
 

@@ -10,7 +10,9 @@ glibc's elf/dl-load.c:
    since the working directory of the future process is unknown).
 3. Otherwise the directories are tried in this order, and the first file that is an ELF object
    of the main object's class, byte order and machine wins (others are skipped, as
-   `open_verify` skips a 32-bit library when a 64-bit one is wanted):
+   `open_verify` skips a 32-bit library when a 64-bit one is wanted; a file cut short ends the
+   search as BROKEN, as it ends glibc's; one that cannot be opened is passed over and is the
+   BROKEN answer only if nothing usable follows):
    a. DT_RPATH of the requesting object, then of the object that loaded it, and so on up to the
       main object, but only when the requesting object has no DT_RUNPATH;
    b. LD_LIBRARY_PATH (from the image's environment);
@@ -32,9 +34,10 @@ import posixpath
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from sglx.scan.abi import LoaderDefaults, loader_defaults
-from sglx.scan.elf import ElfError, ElfInfo, ElfKind, read_elf
+from sglx.scan.elf import TRUNCATED, UNREADABLE, ElfInfo, ElfKind, FileProblem, inspect_elf
 from sglx.scan.ldconf import cache_may_hold, conf_dirs
 from sglx.scan.rootfs import Kind, RootFS
 
@@ -45,6 +48,7 @@ FOUND = "found"  # found by searching (or by path)
 LOADED = "loaded"  # an object already in the process had this name
 HOST = "host_provided"  # not in the root, and the arch profile says the host provides it
 MISSING = "missing"  # not found anywhere the loader looks
+BROKEN = "broken"  # the file the loader would use is cut short, or cannot be read
 
 
 class ElfCache:
@@ -53,26 +57,25 @@ class ElfCache:
     def __init__(self, rootfs: RootFS) -> None:
         self.rootfs = rootfs
         self.infos: dict[str, ElfInfo | None] = {}
-        self.errors: dict[str, str] = {}
+        self.problems: dict[str, FileProblem] = {}
 
-    def add(self, canonical: str, info: ElfInfo | None, error: str | None = None) -> None:
+    def add(self, canonical: str, info: ElfInfo | None, problem: FileProblem | None = None) -> None:
         self.infos[canonical] = info
-        if error is not None:
-            self.errors[canonical] = error
+        if problem is not None:
+            self.problems[canonical] = problem
 
     def get(self, canonical: str) -> ElfInfo | None:
         """The ELF facts of a regular file, None if it is not a readable ELF file."""
         if canonical in self.infos:
             return self.infos[canonical]
-        info: ElfInfo | None = None
-        try:
-            info = read_elf(self.rootfs.host_path(canonical))
-        except ElfError as exc:
-            self.errors[canonical] = str(exc)
-        except OSError as exc:
-            self.errors[canonical] = f"unreadable: {exc.strerror}"
-        self.infos[canonical] = info
+        info, problem = inspect_elf(self.rootfs.host_path(canonical))
+        self.add(canonical, info, problem)
         return info
+
+    def broken(self, canonical: str) -> FileProblem | None:
+        """Why the loader cannot use this file although it is there: cut short, or unreadable."""
+        problem = self.problems.get(canonical)
+        return problem if problem is not None and problem.kind in (TRUNCATED, UNREADABLE) else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,12 +96,20 @@ class Resolution:
     name: str  # the needed name, DSTs expanded
     how: str  # FOUND, LOADED, HOST or MISSING
     target: str | None  # canonical path of the object that satisfies it
-    searched: tuple[str, ...] = ()  # directories tried, when MISSING or HOST
+    searched: tuple[str, ...] = ()  # directories tried, when MISSING, BROKEN or HOST
     interpreter: bool = False  # this is the PT_INTERP of the requester
+    problem: FileProblem | None = None  # what is wrong with `target`, when BROKEN
 
 
 # (path it was found at, canonical path, ELF facts)
 _Candidate = tuple[str, str, ElfInfo]
+
+
+class _Broken(NamedTuple):
+    """The file a lookup ends at, which the loader cannot use (see `Loader._find`)."""
+
+    canonical: str
+    problem: FileProblem
 
 
 @dataclass(slots=True)
@@ -149,7 +160,7 @@ class Loader:
         self._expanded: dict[tuple[str, tuple[str, ...], str, ElfKind], tuple[SearchDir, ...]] = {}
         self._search_ids: dict[tuple[object, ...], int] = {}
         self._searches: list[tuple[SearchDir, ...]] = []
-        self._found: dict[tuple[str, int], _Candidate | None] = {}
+        self._found: dict[tuple[str, int], _Candidate | _Broken | None] = {}
         self._system: dict[tuple[ElfKind, bool], tuple[SearchDir, ...]] = {}
 
     def defaults(self, kind: ElfKind) -> LoaderDefaults:
@@ -202,9 +213,21 @@ class Loader:
                         search_id = self._search_id(obj, ldlp, kind)
                     found = self._find(name, search_id, kind)
                     searched = ()
-                if found is None:
+                if found is None or isinstance(found, _Broken):
                     if not searched:
                         searched = tuple(dict.fromkeys(d.path for d in self._searches[search_id]))
+                    if isinstance(found, _Broken):
+                        closure.resolutions.append(
+                            Resolution(
+                                obj.canonical,
+                                name,
+                                BROKEN,
+                                found.canonical,
+                                searched,
+                                problem=found.problem,
+                            )
+                        )
+                        continue
                     how = HOST if self.host_provided(name) else MISSING
                     closure.resolutions.append(Resolution(obj.canonical, name, how, None, searched))
                     continue
@@ -242,10 +265,14 @@ class Loader:
         if path is None:
             return
         found = self._open_path(path, info.kind)
-        if found is None:
+        if found is None or isinstance(found, _Broken):
             if info.interpreter is not None:
+                how, target = (MISSING, None) if found is None else (BROKEN, found.canonical)
+                problem = None if found is None else found.problem
                 closure.resolutions.append(
-                    Resolution(closure.root, path, MISSING, None, (path,), interpreter=True)
+                    Resolution(
+                        closure.root, path, how, target, (path,), interpreter=True, problem=problem
+                    )
                 )
             return
         _, canonical, interp_info = found
@@ -258,13 +285,16 @@ class Loader:
                 Resolution(closure.root, path, FOUND, canonical, interpreter=True)
             )
 
-    def _open_path(self, name: str, kind: ElfKind) -> _Candidate | None:
+    def _open_path(self, name: str, kind: ElfKind) -> _Candidate | _Broken | None:
         path = name if name.startswith("/") else f"/{name}"
         canonical = self.rootfs.resolve(path)
         if canonical is None or self.rootfs.kind(canonical) is not Kind.FILE:
             return None
         info = self._fitting(canonical, kind)
-        return None if info is None else (path, canonical, info)
+        if info is not None:
+            return (path, canonical, info)
+        problem = self.elves.broken(canonical)
+        return None if problem is None else _Broken(canonical, problem)
 
     def _fitting(self, canonical: str, kind: ElfKind) -> ElfInfo | None:
         """The file's ELF facts if the loader would accept it for a `kind` process."""
@@ -273,22 +303,37 @@ class Loader:
             return None
         return info
 
-    def _find(self, name: str, search_id: int, kind: ElfKind) -> _Candidate | None:
+    def _find(self, name: str, search_id: int, kind: ElfKind) -> _Candidate | _Broken | None:
+        """The first usable file of that name on the search path, as glibc's `open_path`.
+
+        A file cut short stops the search (glibc's `open_verify` fails the whole load on a short
+        read); one that cannot be opened is passed over (glibc goes on after EACCES) and is the
+        answer only if nothing usable comes after it.
+        """
         key = (name, search_id)
         if key in self._found:
             return self._found[key]
-        result = None
+        result: _Candidate | _Broken | None = None
+        unreadable: _Broken | None = None
         cacheable = cache_may_hold(name)
         for directory in self._searches[search_id]:
             if directory.cache_only and not cacheable:
                 continue
             canonical = self.rootfs.find_file(directory.path, name)
-            info = None if canonical is None else self._fitting(canonical, kind)
-            if canonical is not None and info is not None:
+            if canonical is None:
+                continue
+            info = self._fitting(canonical, kind)
+            if info is not None:
                 result = (f"{directory.path.rstrip('/')}/{name}", canonical, info)
                 break
-        self._found[key] = result
-        return result
+            problem = self.elves.broken(canonical)
+            if problem is not None and problem.kind == TRUNCATED:
+                result = _Broken(canonical, problem)
+                break
+            if problem is not None and problem.kind == UNREADABLE and unreadable is None:
+                unreadable = _Broken(canonical, problem)
+        self._found[key] = result or unreadable
+        return result or unreadable
 
     def _search_id(self, obj: _Loaded, ldlp: tuple[SearchDir, ...], kind: ElfKind) -> int:
         runpath = obj.info.runpath

@@ -12,7 +12,12 @@ from typing import Any
 
 from sglx.report import Finding, Result, Table
 from sglx.scan.analysis import Accepted, ScanReport, Unresolved
+from sglx.scan.elf import TRUNCATED, FileProblem
 from sglx.scan.rules import UNRESOLVED
+
+DAMAGED_ELF = "damaged_elf"
+UNREADABLE_FILE = "unreadable_file"
+DAMAGED_DEPENDENCY = "damaged_dependency"
 
 SHOWN = 20
 SEARCHED_SHOWN = 4
@@ -62,7 +67,12 @@ def build_result(reports: Sequence[ScanReport], source: Mapping[str, Any]) -> Re
     unresolved = [(r, u) for r in reports for u in r.unresolved]
     if unresolved:
         rows = tuple(
-            (where(r, u.file) or "", ("interpreter " if u.interpreter else "") + u.needed)
+            (
+                where(r, u.file) or "",
+                ("interpreter " if u.interpreter else "")
+                + u.needed
+                + ("" if u.broken is None else " (there, but damaged)"),
+            )
             for r, u in unresolved[:SHOWN]
         )
         tables.append(Table(("file", "needs"), rows, title="unresolved dependencies by file"))
@@ -90,6 +100,10 @@ def build_result(reports: Sequence[ScanReport], source: Mapping[str, Any]) -> Re
 
     findings: list[Finding] = []
     for report in reports:
+        findings.extend(
+            _damaged_finding(path, problem, where(report, path))
+            for path, problem in report.damaged.items()
+        )
         findings.extend(_unresolved_findings(report, where))
         findings.extend(
             Finding(code=v.code, message=v.message, path=where(report, v.path), hint=v.hint)
@@ -150,16 +164,63 @@ def _context_lines(report: ScanReport, many: bool) -> list[str]:
     return lines
 
 
+def _damaged_finding(path: str, problem: FileProblem, shown: str | None) -> Finding:
+    """A file the scan could not check: cut short, or unreadable to the scanning user."""
+    if problem.kind == TRUNCATED:
+        return Finding(
+            code=DAMAGED_ELF,
+            message=f"ELF file {problem.reason}",
+            path=shown,
+            hint=f"re-copy or reinstall {path} (an interrupted copy, download or extraction "
+            "leaves files cut short), then scan again",
+        )
+    return Finding(
+        code=UNREADABLE_FILE,
+        message=problem.reason,
+        path=shown,
+        hint="scan as a user who can read every file of the tree (root, as the image's "
+        "processes usually run) or fix its mode; on an I/O error, re-copy or reinstall it",
+    )
+
+
+def _broken_finding(item: Unresolved, more: str, path: str | None) -> Finding:
+    problem = item.problem
+    what = "cut short" if problem is not None and problem.kind == TRUNCATED else "unreadable"
+    reason = problem.reason if problem is not None else what
+    if item.interpreter:
+        message = f"program interpreter {item.needed} is {what} ({reason}): this program cannot "
+        message += f"start{more}"
+    else:
+        message = (
+            f"needs {item.needed}; the file the loader finds for it, {item.broken}, is {what} "
+            f"({reason}): loading fails{more}"
+        )
+    return Finding(
+        code=DAMAGED_DEPENDENCY,
+        message=message,
+        path=path,
+        hint=f"re-copy or reinstall {item.broken}, then scan again; it is not missing, so no "
+        "scan rule accepts it",
+    )
+
+
+# needed name, directories searched, interpreter?, found elsewhere, broken file
+_GroupKey = tuple[str, tuple[str, ...], bool, tuple[str, ...], str | None]
+
+
 def _unresolved_findings(report: ScanReport, where: Any) -> list[Finding]:
     """One finding per missing name and search path; the full list is in data."""
-    groups: dict[tuple[str, tuple[str, ...], bool, tuple[str, ...]], list[Unresolved]] = {}
+    groups: dict[_GroupKey, list[Unresolved]] = {}
     for item in report.unresolved:
-        key = (item.needed, item.searched, item.interpreter, item.elsewhere)
+        key = (item.needed, item.searched, item.interpreter, item.elsewhere, item.broken)
         groups.setdefault(key, []).append(item)
     findings = []
-    for (name, searched, interpreter, elsewhere), items in groups.items():
+    for (name, searched, interpreter, elsewhere, broken), items in groups.items():
         files = sorted({item.file for item in items})
         more = f" (and by {len(files) - 1} more files)" if len(files) > 1 else ""
+        if broken is not None:
+            findings.append(_broken_finding(items[0], more, where(report, files[0])))
+            continue
         if interpreter:
             message = f"program interpreter {name} not found: this program cannot start{more}"
             hint = "the image lacks its C library's loader; build on the arch's base image"
@@ -207,6 +268,9 @@ def _report_json(report: ScanReport) -> dict[str, Any]:
         "elf_files": report.elf_files,
         "elf_kinds": report.kinds,
         "unreadable_elf": [{"path": p, "reason": r} for p, r in report.unreadable.items()],
+        "damaged_files": [
+            {"path": p, "problem": d.kind, "reason": d.reason} for p, d in report.damaged.items()
+        ],
         "dependencies": {
             "checked": report.dependencies,
             "resolved": report.resolved,
@@ -222,6 +286,8 @@ def _report_json(report: ScanReport) -> dict[str, Any]:
                 "searched": list(u.searched),
                 "roots": list(u.roots),
                 "elsewhere": list(u.elsewhere),
+                "broken": u.broken,
+                "problem": None if u.problem is None else u.problem.kind,
             }
             for u in report.unresolved
         ],
@@ -253,6 +319,7 @@ def _totals(reports: Sequence[ScanReport]) -> dict[str, int]:
     return {
         "files": sum(r.files for r in reports),
         "elf_files": sum(r.elf_files for r in reports),
+        "damaged_files": sum(len(r.damaged) for r in reports),
         "dependencies": sum(r.dependencies for r in reports),
         "resolved": sum(r.resolved for r in reports),
         "unresolved": sum(r.unresolved_pairs for r in reports),

@@ -10,7 +10,6 @@ carried over; other weight formats and sub-folders are not, and are listed as sk
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from sglx.errors import SglxError
+from sglx.weights.bounded_json import MAX_CONFIG_BYTES, MAX_INDEX_BYTES, read_json_file
 from sglx.weights.manifest import MANIFEST_NAME
 from sglx.weights.safetensors_io import SafetensorsFile, TensorEntry, read_header
 
@@ -52,18 +52,6 @@ class Checkpoint:
         return sum(shard.size for shard in self.shards)
 
 
-def _read_json(path: Path, what: str) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise SglxError(
-            f"{path}: cannot read the {what}: {exc}",
-            hint=f"re-copy {path.name} from the original checkpoint",
-            code="corrupt",
-            path=str(path),
-        ) from None
-
-
 def _shard_path(root: Path, index: Path, name: str) -> Path:
     if "/" in name or "\\" in name or name in ("", ".", ".."):
         raise SglxError(
@@ -84,7 +72,7 @@ def _shard_path(root: Path, index: Path, name: str) -> Path:
 
 
 def _read_indexed(root: Path, index: Path) -> tuple[Mapping[str, Any], tuple[SafetensorsFile, ...]]:
-    document = _read_json(index, "safetensors index")
+    document = read_json_file(index, what="safetensors index", max_bytes=MAX_INDEX_BYTES)
     weight_map = document.get("weight_map") if isinstance(document, dict) else None
     if not isinstance(weight_map, dict) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()
@@ -92,6 +80,15 @@ def _read_indexed(root: Path, index: Path) -> tuple[Mapping[str, Any], tuple[Saf
         raise SglxError(
             f"{index}: no 'weight_map' object (tensor name -> shard file)",
             hint="the index is damaged; re-copy it from the original checkpoint",
+            code="corrupt",
+            path=str(index),
+        )
+    if not weight_map:
+        raise SglxError(
+            f"{index}: the index names no shards (its weight_map is empty)",
+            hint="the index is damaged or from an unfinished export; re-copy it from the "
+            "original checkpoint, or remove it if the folder's one *.safetensors file holds "
+            "all the weights",
             code="corrupt",
             path=str(index),
         )
@@ -164,6 +161,13 @@ def read_checkpoint(root: Path) -> Checkpoint:
             code="missing_index",
             path=str(root),
         )
+    if not any(shard.tensors for shard in shards):
+        raise SglxError(
+            f"{root}: the weights hold no tensors ({', '.join(s.path.name for s in shards)})",
+            hint="the checkpoint is empty or its export was cut short; re-copy it",
+            code="corrupt",
+            path=str(root),
+        )
     used = {shard.path.name for shard in shards} | {p.name for p in indexes}
     carried: list[str] = []
     skipped: list[tuple[str, str]] = []
@@ -192,7 +196,11 @@ def read_checkpoint(root: Path) -> Checkpoint:
         else:
             carried.append(name)
     config_path = root / CONFIG_NAME
-    config = _read_json(config_path, "model config") if config_path.is_file() else None
+    config = (
+        read_json_file(config_path, what="model config", max_bytes=MAX_CONFIG_BYTES)
+        if config_path.is_file()
+        else None
+    )
     if config is not None and not isinstance(config, dict):
         raise SglxError(f"{config_path}: not a JSON object", code="corrupt", path=str(config_path))
     return Checkpoint(

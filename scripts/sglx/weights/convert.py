@@ -15,6 +15,7 @@ one more thread meanwhile, for the manifest's provenance.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -101,13 +102,26 @@ class _Meter:
 def _hash_file(path: Path, stop: threading.Event) -> FileRecord:
     digest = hashlib.sha256()
     size = 0
-    with path.open("rb") as handle:
-        while chunk := handle.read(CHUNK * 4):
-            if stop.is_set():
-                raise SglxError("source hashing stopped", code="interrupted")
-            digest.update(chunk)
-            size += len(chunk)
+    try:
+        with path.open("rb") as handle:
+            while chunk := handle.read(CHUNK * 4):
+                if stop.is_set():
+                    raise SglxError("source hashing stopped", code="interrupted")
+                digest.update(chunk)
+                size += len(chunk)
+    except OSError as exc:
+        raise read_failed(path, exc) from None
     return FileRecord(name=path.name, size=size, sha256=digest.hexdigest())
+
+
+def read_failed(path: Path, exc: OSError) -> SglxError:
+    """A source file that could be read while checking but not while converting."""
+    return SglxError(
+        f"{path}: cannot read: {exc.strerror}",
+        hint="check the source file system (a disk error, or the file changed meanwhile)",
+        code="environment",
+        path=str(path),
+    )
 
 
 def _check_destination(dst: Path) -> None:
@@ -132,25 +146,56 @@ def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
 
 
 @contextmanager
-def _staging(dst: Path) -> Iterator[Path]:
+def _staging(dst: Path, size: int) -> Iterator[Path]:
     """A hidden folder next to `dst`, renamed to `dst` on success and removed on any failure.
 
+    Reads of the source raise `SglxError` themselves, so an `OSError` here comes from writing
+    (`size` bytes in all): it becomes `write_failed`, naming DST and the file system's reason.
     SIGTERM is turned into KeyboardInterrupt meanwhile (main thread only), so `kill` cleans up
     like Ctrl-C does.
     """
-    staging = Path(tempfile.mkdtemp(prefix=f".{dst.name}{STAGING_MARK}", dir=dst.parent))
+    try:
+        staging = Path(tempfile.mkdtemp(prefix=f".{dst.name}{STAGING_MARK}", dir=dst.parent))
+    except OSError as exc:
+        raise write_failed(dst, size, exc) from None
     previous = None
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         yield staging
         _publish(staging, dst)
+    except OSError as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise write_failed(dst, size, exc) from None
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+def write_failed(dst: Path, size: int, exc: OSError) -> SglxError:
+    """The error for a conversion the file system of DST refused, with what to do about it."""
+    reason = exc.strerror or str(exc)
+    where = dst.parent
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        hint = (
+            f"the converted model needs about {human_bytes(size)}: free space on the file "
+            f"system of {where} (df -h {where}) or pick a DST on another one"
+        )
+    elif exc.errno == errno.EROFS:
+        hint = f"{where} is on a read-only file system: pick a DST on a writable one"
+    elif exc.errno in (errno.EACCES, errno.EPERM):
+        hint = f"this user may not write in {where}: pick a DST you can write, or fix its mode"
+    else:
+        hint = f"check the file system of {where} (dmesg may say more), then convert again"
+    return SglxError(
+        f"{dst}: writing the converted model failed: {reason} (nothing was left behind)",
+        hint=hint,
+        code="write_failed",
+        path=str(dst),
+    )
 
 
 def _publish(staging: Path, dst: Path) -> None:
@@ -177,7 +222,12 @@ def _write_text(folder: Path, name: str, text: str) -> FileRecord:
 
 
 def _copy_file(src: Path, folder: Path) -> FileRecord:
-    shutil.copyfile(src, folder / src.name)
+    try:
+        source = src.open("rb")
+    except OSError as exc:
+        raise read_failed(src, exc) from None
+    with source, (folder / src.name).open("xb") as target:
+        shutil.copyfileobj(source, target)
     return _hash_file(folder / src.name, threading.Event())
 
 
@@ -257,7 +307,10 @@ def _write_all(
     with ExitStack() as stack:
         fds: dict[str, int] = {}
         for source in checkpoint.shards:
-            fds[source.path.name] = os.open(source.path, os.O_RDONLY)
+            try:
+                fds[source.path.name] = os.open(source.path, os.O_RDONLY)
+            except OSError as exc:
+                raise read_failed(source.path, exc) from None
             stack.callback(os.close, fds[source.path.name])
         hasher = ThreadPoolExecutor(1, thread_name_prefix="sglx-hash")
         stack.callback(hasher.shutdown, wait=True, cancel_futures=True)
@@ -318,6 +371,14 @@ def convert_weights(
         raise SglxError(f"--jobs {jobs}: need at least 1", code="usage")
     _check_destination(dst)
     checkpoint = read_checkpoint(src)
+    if checkpoint.config is None:
+        raise SglxError(
+            f"{src}: no {CONFIG_NAME}: the server reads the model's architecture, sizes and "
+            "dtype from it",
+            hint=f"copy {CONFIG_NAME} from the original checkpoint into {src}",
+            code="missing_config",
+            path=str(src / CONFIG_NAME),
+        )
     policy, warnings = dtype_policy(profile, checkpoint.config)
     plan = plan_output(checkpoint, policy, max_shard_size)
     dtype_name = CODE_TO_PROFILE[policy.target.code]
@@ -325,7 +386,7 @@ def convert_weights(
         f"{len(checkpoint.tensors)} tensors, {human_bytes(checkpoint.weight_bytes)} in "
         f"{len(checkpoint.shards)} file(s) -> {dtype_name} for arch {profile.arch}"
     )
-    with _staging(dst) as staging:
+    with _staging(dst, sum(s.size for s in plan.shards)) as staging:
         outputs, sources = _write_all(checkpoint, plan, staging, dtype_name, jobs, progress)
         source_files = tuple(sorted(sources, key=lambda f: f.name))
         manifest = Manifest(

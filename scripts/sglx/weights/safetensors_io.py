@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from sglx.errors import SglxError
+from sglx.weights.bounded_json import parse_json
 from sglx.weights.dtypes import Dtype, lookup
 
 LENGTH_BYTES = 8
@@ -127,10 +128,7 @@ def read_header(path: Path) -> SafetensorsFile:
         raise SglxError(
             f"{path}: cannot read: {exc.strerror}", code="environment", path=str(path)
         ) from None
-    try:
-        header = json.loads(header_raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise _fail(path, f"header is not valid JSON ({exc})", code="corrupt") from None
+    header = parse_json(header_raw, path=path, what="safetensors header")
     if not isinstance(header, dict):
         raise _fail(path, "header is not a JSON object", code="corrupt")
     metadata = header.pop(METADATA_KEY, None) or {}

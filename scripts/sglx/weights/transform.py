@@ -71,6 +71,18 @@ def _read(block: Block) -> memoryview:
     """
     source = block.tensor.source
     end = block.offset + block.nbytes
+    try:
+        return _map(block, end)
+    except OSError as exc:  # a read error: the writer's OSErrors mean write_failed
+        raise SglxError(
+            f"{source.file}: cannot read tensor '{source.name}': {exc.strerror}",
+            hint="check the source file system (a disk error, or the file changed meanwhile)",
+            code="environment",
+        ) from None
+
+
+def _map(block: Block, end: int) -> memoryview:
+    source = block.tensor.source
     size = os.fstat(block.source_fd).st_size
     if size < end:
         raise SglxError(

@@ -8,7 +8,6 @@ finding (exit 1). Files are hashed on several threads (hashlib releases the GIL)
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -16,7 +15,7 @@ from pathlib import Path
 
 from sglx.errors import SglxError
 from sglx.report import Finding, Result, Table
-from sglx.util import CHUNK
+from sglx.util import sha256_file
 from sglx.weights.manifest import (
     MANIFEST_NAME,
     FileRecord,
@@ -28,14 +27,6 @@ from sglx.weights.safetensors_io import read_header
 
 ProgressFn = Callable[[str], None]
 PROGRESS_MIN_BYTES = 64 << 20  # one progress line per file at least this large
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while chunk := handle.read(CHUNK * 4):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _check_file(folder: Path, record: FileRecord) -> tuple[str, Finding | None]:
@@ -56,7 +47,7 @@ def _check_file(folder: Path, record: FileRecord) -> tuple[str, Finding | None]:
             path=str(path),
             hint="re-copy the converted model, or convert it again",
         )
-    if _sha256(path) != record.sha256:
+    if sha256_file(path) != record.sha256:
         return "sha256 differs", Finding(
             "checksum_mismatch",
             f"{record.name}: sha256 differs from the manifest (the file was changed)",

@@ -22,9 +22,12 @@ from typing import Any
 
 from sglx.errors import SglxError
 from sglx.profile import Profile
+from sglx.profile.loader import NAME_PATTERN
 from sglx.wheels.target import target_of
 
 HEADER_KEY = "# sglx-lock: "
+_HEADER_NAME = "sglx-lock"
+_REQUIRED_HEADER_KEYS = ("arch", "inputs")
 _ENTRY = re.compile(r"^([A-Za-z0-9._-]+)==(\S+) \\$")
 _HASH = re.compile(r"^\s+--hash=sha256:([0-9a-f]{64})$")
 
@@ -90,45 +93,107 @@ def render(lock: Lock, source: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+MAX_LOCK_BYTES = 16 * 1024 * 1024
+"""Largest lock read (a lock of a few hundred wheels is tens of KiB)."""
+
+
 def parse(path: Path) -> Lock:
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise SglxError(
-            f"no lock at {path}",
-            code="environment",
-            hint="generate it with `sglx wheels lock --arch ARCH`",
-        ) from None
+    """The lock at `path`; a damaged one is an error saying how to regenerate it."""
+    text = _read(path)
     header: dict[str, Any] | None = None
     notes: list[str] = []
     wheels: list[Wheel] = []
     filename = ""
-    pending: tuple[str, str] | None = None
+    pending: tuple[str, str, int] | None = None
     for number, line in enumerate(text.splitlines(), start=1):
         if line.startswith(HEADER_KEY):
-            header = json.loads(line[len(HEADER_KEY) :])
+            header = _header(path, number, line[len(HEADER_KEY) :])
         elif line.startswith("# NOTE: "):
             notes.append(line[len("# NOTE: ") :])
         elif line.startswith("# ") and line.endswith(".whl"):
             filename = line[2:]
         elif match := _ENTRY.match(line):
-            pending = (match.group(1), match.group(2))
+            if pending is not None:
+                raise _damaged(path, f"{pending[0]}=={pending[1]} has no --hash line", pending[2])
+            pending = (match.group(1), match.group(2), number)
         elif (match := _HASH.match(line)) and pending is not None:
             wheels.append(Wheel(pending[0], pending[1], match.group(1), filename))
             pending = None
         elif line.strip() and not line.startswith("#"):
-            raise SglxError(
-                f"{path}:{number}: not a line of an sglx lock: {line!r}",
-                hint="regenerate it with `sglx wheels lock`",
-                code="usage",
-            )
+            raise _damaged(path, f"not a line of an sglx lock: {line[:120]!r}", number)
+    if pending is not None:
+        raise _damaged(path, f"{pending[0]}=={pending[1]} has no --hash line", pending[2])
     if header is None:
-        raise SglxError(
-            f"{path}: no '{HEADER_KEY.strip()}' header line",
-            hint="regenerate it with `sglx wheels lock`",
-            code="usage",
-        )
+        raise _damaged(path, f"no '{HEADER_KEY.strip()}' header line")
     return Lock(header["arch"], header["inputs"], header, tuple(wheels), tuple(notes))
+
+
+def _read(path: Path) -> str:
+    if path.exists() and not path.is_file():  # a folder or a FIFO would fail or block
+        raise _damaged(path, "not a regular file")
+    try:
+        with path.open("rb") as handle:
+            raw = handle.read(MAX_LOCK_BYTES + 1)
+    except FileNotFoundError:
+        raise SglxError(
+            f"no lock at {path}",
+            code="environment",
+            hint=f"generate it with `{_regenerate(path)}`",
+        ) from None
+    except OSError as exc:
+        raise SglxError(
+            f"cannot read the lock {path}: {exc.strerror}",
+            code="environment",
+            hint=f"check the file, or regenerate it with `{_regenerate(path)}`",
+        ) from None
+    if len(raw) > MAX_LOCK_BYTES:
+        raise _damaged(path, f"larger than {MAX_LOCK_BYTES // (1024 * 1024)} MiB")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise _damaged(path, f"not UTF-8 text (byte 0x{raw[exc.start]:02x})", line) from None
+
+
+def _header(path: Path, number: int, blob: str) -> dict[str, Any]:
+    """The JSON after '# sglx-lock: ', with the string keys `Lock` needs."""
+    try:
+        header = json.loads(blob)
+    except RecursionError:
+        raise _damaged(path, f"the {_HEADER_NAME} header is nested too deeply", number) from None
+    except json.JSONDecodeError as exc:
+        column = len(HEADER_KEY) + exc.pos + 1
+        raise _damaged(
+            path,
+            f"the {_HEADER_NAME} header is not valid JSON ({exc.msg}, column {column})",
+            number,
+        ) from None
+    if not isinstance(header, dict):
+        raise _damaged(path, f"the {_HEADER_NAME} header is not a JSON object", number)
+    for key in _REQUIRED_HEADER_KEYS:
+        if not isinstance(header.get(key), str):
+            found = (
+                "missing" if key not in header else f"{type(header[key]).__name__}, not a string"
+            )
+            raise _damaged(path, f"the {_HEADER_NAME} header's {key!r} is {found}", number)
+    return header
+
+
+def _damaged(path: Path, problem: str, line: int | None = None) -> SglxError:
+    """A lock sglx did not write as it is: hand edits, a bad merge, truncation."""
+    where = f"{path}" if line is None else f"{path}:{line}"
+    return SglxError(
+        f"{where}: {problem}",
+        hint=f"the lock is damaged; regenerate it with `{_regenerate(path)}`",
+        code="invalid_lock",
+        path=str(path),
+    )
+
+
+def _regenerate(path: Path) -> str:
+    """The command that writes `path` again: its stem names the arch (bundles/locks/<arch>.txt)."""
+    arch = path.stem if NAME_PATTERN.fullmatch(path.stem) else "ARCH"
+    return f"sglx wheels lock --arch {arch}"
 
 
 def locks_dir(images: Path) -> Path:

@@ -119,7 +119,11 @@ def fetch(profile: Profile, dest: Path | None, progress: Progress) -> Result:
     )
 
 
-def verify(profile: Profile, folder: Path | None, progress: Progress) -> Result:
+def verify(
+    profile: Profile, folder: Path | None, progress: Progress, *, full: bool = False
+) -> Result:
+    """Check a wheelhouse against the lock; the report says which wheels were hashed now and
+    which the per-user verified cache vouched for (none with ``full``)."""
     current = load_lock(profile)
     folder = folder or default_wheelhouse(profile.arch)
     if not folder.is_dir():
@@ -128,16 +132,37 @@ def verify(profile: Profile, folder: Path | None, progress: Progress) -> Result:
             code="wheelhouse_missing",
             hint=f"sglx wheels fetch --arch {profile.arch} --dest {folder}",
         )
-    problems = wheelhouse.verify(current, folder, progress)
+    checked = wheelhouse.verify(current, folder, progress, full=full)
     findings = tuple(
-        Finding(f"wheel_{p.kind}", p.detail, path=str(folder / p.wheel.filename)) for p in problems
+        Finding(f"wheel_{p.kind}", p.detail, path=str(folder / p.wheel.filename))
+        for p in checked.problems
     )
+    how = (
+        "all hashed now (--full)"
+        if full
+        else f"{len(checked.hashed)} hashed now, {len(checked.cached)} vouched for by the "
+        "verified cache"
+    )
+    lines = [
+        f"{folder}: {len(current.wheels) - len(checked.problems)} of "
+        f"{len(current.wheels)} wheels match the lock ({how})"
+    ]
+    if (folder / wheelhouse.LEGACY_CACHE).exists():
+        lines.append(
+            f"note: ignored {wheelhouse.LEGACY_CACHE}, an old in-wheelhouse cache that is no "
+            "longer trusted; it can be deleted"
+        )
     return Result(
         ("wheels", "verify"),
-        data={"wheelhouse": str(folder), "wheels": len(current.wheels), "problems": len(problems)},
+        data={
+            "wheelhouse": str(folder),
+            "wheels": len(current.wheels),
+            "problems": len(checked.problems),
+            "full": full,
+            "hashed": list(checked.hashed),
+            "cached": list(checked.cached),
+            "cache": None if checked.cache is None else str(checked.cache),
+        },
         findings=findings,
-        lines=(
-            f"{folder}: {len(current.wheels) - len(problems)} of "
-            f"{len(current.wheels)} wheels match the lock",
-        ),
+        lines=tuple(lines),
     )

@@ -1,0 +1,377 @@
+"""`sglx image prune`, and the deps-stage replacement every `sglx image build` ends with.
+
+What a build leaves in the engine (the classic builder of Docker 20.10, no BuildKit, rm=True):
+
+- the serving image, tagged, and the per-step images of its stage, untagged ancestors of the
+  tag (the layer cache of the next build: shared with the tag, they cost nothing extra);
+- the ``deps`` stage: an untagged image with no children (``<none>`` in ``docker images``)
+  holding the wheelhouse copy and the installed venv, several GB of its own. It carries
+  ``io.sglx.stage=deps`` and ``io.sglx.arch`` (images/Dockerfile.j2). The next build on the
+  same base and lock reuses it, so the build keeps the one it used and removes older ones;
+- the payload images ``sglx/wheelhouse:<arch>-<lock>`` and ``sglx/weights:<digest>``
+  (payload.py), tagged and kept so a rebuild need not import them again;
+- after a rebuild that moved the tag, the previous serving image, untagged.
+
+Prune removes the deps stages, payload images that no tagged serving image was built from, and
+untagged previous serving images. It never removes a tagged serving image, a base, or an image
+a tagged image is built on, and never forces: an image a container uses is reported and kept.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import json
+import tarfile
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, replace
+from typing import Any
+
+from sglx.engine import docker_client
+from sglx.image.render import MODEL_DIR
+from sglx.profile.loader import profile_path
+from sglx.progress import Progress
+from sglx.report import Finding, Result, Table
+from sglx.weights.manifest import MANIFEST_NAME
+
+STAGE_LABEL = "io.sglx.stage"
+ARCH_LABEL = "io.sglx.arch"
+DEPS_STAGE = "deps"
+# Set by `sglx image build` on the serving image only (the classic builder puts build labels
+# on the last stage), so an image with it is a serving image, never a base or a deps stage.
+LOCK_LABEL = "io.sglx.lock.digest"
+WEIGHTS_LABEL = "io.sglx.weights.digest"
+WHEELHOUSE_REPO = "sglx/wheelhouse"
+WEIGHTS_REPO = "sglx/weights"
+NO_TAG = "<none>:<none>"
+# A weights manifest lists files and tensors: megabytes for the largest models, never more.
+MAX_MANIFEST_BYTES = 64 << 20
+
+DEPS_KIND = "deps-stage"
+OLD_IMAGE_KIND = "old-image"
+WHEELHOUSE_KIND = "wheelhouse"
+WEIGHTS_KIND = "weights"
+
+
+@dataclass(frozen=True)
+class Engine:
+    """One listing of the engine's images (`docker images -a`), with the relations prune needs."""
+
+    images: dict[str, dict[str, Any]]  # id -> the list API's summary
+    children: dict[str, set[str]]
+    protected: set[str]  # tagged images and every image a tagged image is built on
+
+    @classmethod
+    def read(cls, client: Any) -> Engine:
+        images = {summary["Id"]: summary for summary in client.api.images(all=True)}
+        children: dict[str, set[str]] = {image_id: set() for image_id in images}
+        for image_id, summary in images.items():
+            parent = summary.get("ParentId") or ""
+            if parent in children:
+                children[parent].add(image_id)
+        engine = cls(images, children, set())
+        for image_id in images:
+            if engine.tags(image_id):
+                engine.protected.update(engine.lineage(image_id))
+        return engine
+
+    def tags(self, image_id: str) -> list[str]:
+        return [t for t in self.images[image_id].get("RepoTags") or () if t != NO_TAG]
+
+    def labels(self, image_id: str) -> dict[str, str]:
+        return dict(self.images[image_id].get("Labels") or {})
+
+    def lineage(self, image_id: str) -> Iterator[str]:
+        """`image_id`, then its parent, its parent's parent, ... (local builds record them)."""
+        seen: set[str] = set()
+        current = image_id
+        while current in self.images and current not in seen:
+            seen.add(current)
+            yield current
+            current = self.images[current].get("ParentId") or ""
+
+    def is_head(self, image_id: str) -> bool:
+        """No image is built on it: what `docker images` shows (and calls dangling if untagged)."""
+        return not self.children.get(image_id)
+
+
+@dataclass(frozen=True)
+class Leftover:
+    """An image prune would remove; `size` is what removing it frees (its unique layers)."""
+
+    id: str
+    kind: str
+    arch: str | None
+    refs: tuple[str, ...]  # the tags a payload image is removed by; empty for untagged images
+    created: str
+    size: int = 0
+    state: str = "removable"  # "removable" | "removed" | "in use by container ..."
+
+    @property
+    def short_id(self) -> str:
+        return self.id.removeprefix("sha256:")[:12]
+
+    @property
+    def name(self) -> str:
+        return ", ".join(self.refs) or self.short_id
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "kind": self.kind,
+            "arch": self.arch,
+            "tags": list(self.refs),
+            "created": self.created,
+            "size_bytes": self.size,
+            "state": self.state,
+        }
+
+
+def _created(summary: dict[str, Any]) -> str:
+    stamp = dt.datetime.fromtimestamp(int(summary.get("Created") or 0), dt.UTC)
+    return stamp.isoformat(timespec="seconds")
+
+
+def deps_stages(engine: Engine, arch: str | None) -> list[Leftover]:
+    """Untagged deps-stage images (of `arch`, or of every arch) no tagged image is built on."""
+    found = []
+    for image_id, summary in engine.images.items():
+        labels = engine.labels(image_id)
+        if labels.get(STAGE_LABEL) != DEPS_STAGE or engine.tags(image_id):
+            continue
+        if arch is not None and labels.get(ARCH_LABEL) != arch:
+            continue
+        if engine.is_head(image_id) and image_id not in engine.protected:
+            found.append(
+                Leftover(image_id, DEPS_KIND, labels.get(ARCH_LABEL), (), _created(summary))
+            )
+    return found
+
+
+def old_images(engine: Engine, arch: str | None) -> list[Leftover]:
+    """Serving images `sglx image build` made whose tag has moved on to a newer build."""
+    found = []
+    for image_id, summary in engine.images.items():
+        labels = engine.labels(image_id)
+        if LOCK_LABEL not in labels or STAGE_LABEL in labels or engine.tags(image_id):
+            continue
+        if arch is not None and labels.get(ARCH_LABEL) != arch:
+            continue
+        if engine.is_head(image_id) and image_id not in engine.protected:
+            found.append(
+                Leftover(image_id, OLD_IMAGE_KIND, labels.get(ARCH_LABEL), (), _created(summary))
+            )
+    return found
+
+
+def backing_tags(engine: Engine) -> set[str]:
+    """The payload tags tagged serving images were built from (names as payload.py makes them)."""
+    tags = set()
+    for image_id in engine.images:
+        labels = engine.labels(image_id)
+        if not engine.tags(image_id) or LOCK_LABEL not in labels:
+            continue
+        lock = labels[LOCK_LABEL].partition(":")[2][:16]
+        tags.add(f"{WHEELHOUSE_REPO}:{labels.get(ARCH_LABEL)}-{lock}")
+        if WEIGHTS_LABEL in labels:
+            tags.add(f"{WEIGHTS_REPO}:{labels[WEIGHTS_LABEL].partition(':')[2][:16]}")
+    return tags
+
+
+def payloads(client: Any, engine: Engine, arch: str | None) -> list[Leftover]:
+    """Payload images no tagged serving image was built from (the next build re-imports them)."""
+    backing = backing_tags(engine)
+    found = []
+    for image_id, summary in engine.images.items():
+        tags = engine.tags(image_id)
+        repos = {tag.rpartition(":")[0] for tag in tags}
+        if not tags or not repos <= {WHEELHOUSE_REPO, WEIGHTS_REPO} or backing & set(tags):
+            continue
+        if not engine.is_head(image_id):
+            continue
+        owner: str | None
+        if repos == {WHEELHOUSE_REPO}:
+            kind, owner = WHEELHOUSE_KIND, tags[0].rpartition(":")[2].rpartition("-")[0]
+        elif repos == {WEIGHTS_REPO}:
+            kind = WEIGHTS_KIND
+            # The tag names no arch: only the manifest inside says which arch it was made for.
+            owner = _weights_arch(client, image_id)
+        else:
+            continue
+        if arch is not None and owner != arch:
+            continue
+        found.append(Leftover(image_id, kind, owner, tuple(sorted(tags)), _created(summary)))
+    return found
+
+
+def _weights_arch(client: Any, image_id: str) -> str | None:
+    """The arch in a weights image's manifest, read from a container that is never started."""
+    from docker.errors import DockerException
+
+    container = client.api.create_container(
+        image_id, command=["/sglx-prune-never-runs"], network_disabled=True
+    )
+    try:
+        stream, stat = client.api.get_archive(container["Id"], f"{MODEL_DIR}/{MANIFEST_NAME}")
+        if int(stat.get("size", 0)) > MAX_MANIFEST_BYTES:
+            return None
+        data = bytearray()
+        for chunk in stream:
+            data += chunk
+            if len(data) > MAX_MANIFEST_BYTES + (1 << 20):  # the tar adds headers only
+                return None
+        with tarfile.open(fileobj=io.BytesIO(bytes(data))) as tar:
+            member = tar.next()
+            handle = tar.extractfile(member) if member is not None else None
+            document = json.loads(handle.read()) if handle is not None else {}
+        owner = document.get("arch") if isinstance(document, dict) else None
+        return owner if isinstance(owner, str) else None
+    except (DockerException, tarfile.TarError, ValueError):
+        return None
+    finally:
+        client.api.remove_container(container["Id"], force=True)
+
+
+def _with_sizes(client: Any, leftovers: list[Leftover]) -> list[Leftover]:
+    """Each leftover with the bytes only it holds (`docker system df -v`'s unique size)."""
+    if not leftovers:
+        return leftovers
+    unique = {
+        summary["Id"]: int(summary.get("Size") or 0) - max(int(summary.get("SharedSize") or 0), 0)
+        for summary in client.df().get("Images") or ()
+    }
+    return [replace(item, size=unique.get(item.id, 0)) for item in leftovers]
+
+
+def _with_users(client: Any, leftovers: list[Leftover]) -> list[Leftover]:
+    """Mark the leftovers a container (running or not) was created from: removing them would
+    need --force and break that container, so they stay."""
+    users: dict[str, list[str]] = {}
+    for container in client.api.containers(all=True):
+        name = (container.get("Names") or [container["Id"][:12]])[0].lstrip("/")
+        users.setdefault(container.get("ImageID", ""), []).append(name)
+    return [
+        replace(item, state=f"in use by container {', '.join(sorted(users[item.id]))}")
+        if item.id in users
+        else item
+        for item in leftovers
+    ]
+
+
+def _remove(client: Any, item: Leftover) -> Leftover:
+    """Remove one leftover without force; its untagged parents go with it, a base never does."""
+    from docker.errors import APIError, ImageNotFound
+
+    try:
+        for ref in item.refs or (item.id,):
+            client.images.remove(ref)
+    except ImageNotFound:
+        return replace(item, state="removed", size=0)  # gone already (another prune)
+    except APIError as exc:
+        return replace(item, state=f"kept: {exc.explanation or exc}")
+    return replace(item, state="removed")
+
+
+def replace_deps(
+    client: Any, arch: str, *, keep: str, base_id: str, progress: Progress
+) -> list[Leftover]:
+    """After a build: remove the deps stages of `arch` on the same base other than `keep`.
+
+    Deps stages on another base that is still tagged stay: a build on that base still reuses
+    them (so concurrent builds on different bases do not undo each other's cache). Those whose
+    base is gone (no tagged image in their lineage) can never be reused and go too.
+    """
+    engine = Engine.read(client)
+    stale = [
+        item
+        for item in deps_stages(engine, arch)
+        if item.id != keep
+        and (
+            base_id in engine.lineage(item.id)
+            or not any(engine.tags(i) for i in engine.lineage(item.id))
+        )
+    ]
+    removed = []
+    for item in _with_users(client, _with_sizes(client, stale)):
+        if item.state != "removable":
+            continue
+        done = _remove(client, item)
+        if done.state == "removed":
+            progress(f"removed the older {arch} deps stage {done.name} ({done.size / 1e9:.2f} GB)")
+            removed.append(done)
+    return removed
+
+
+def find_leftovers(client: Any, arch: str | None) -> list[Leftover]:
+    """Every sglx build leftover of `arch` (or of all arches), sized and marked if in use."""
+    engine = Engine.read(client)
+    found = deps_stages(engine, arch) + old_images(engine, arch) + payloads(client, engine, arch)
+    found.sort(key=lambda item: (item.arch or "", item.kind, item.created))
+    return _with_users(client, _with_sizes(client, found))
+
+
+def prune(arch: str | None, *, dry_run: bool, progress: Progress) -> Result:
+    if arch is not None:
+        profile_path(arch)  # an unknown arch is a typo: say so before touching the engine
+    client = docker_client()
+    leftovers = find_leftovers(client, arch)
+    if not dry_run:
+        done = []
+        for item in leftovers:
+            if item.state == "removable":
+                progress(f"removing {item.kind} {item.name} ({item.size / 1e9:.2f} GB)")
+                item = _remove(client, item)
+            done.append(item)
+        leftovers = done
+    return _result(arch, dry_run, leftovers)
+
+
+def _result(arch: str | None, dry_run: bool, leftovers: Iterable[Leftover]) -> Result:
+    items = list(leftovers)
+    freed = sum(i.size for i in items if i.state == "removed")
+    reclaimable = sum(i.size for i in items if i.state == "removable")
+    kept = [i for i in items if i.state not in ("removable", "removed")]
+    scope = f"{arch} " if arch else ""
+    if not items:
+        line = f"no sglx {scope}build leftovers in the engine"
+    elif dry_run:
+        line = f"would free {reclaimable / 1e9:.2f} GB ({len(items) - len(kept)} images)"
+    else:
+        removed = len(items) - len(kept)
+        line = f"freed {freed / 1e9:.2f} GB ({removed} images removed)"
+    state = "would remove" if dry_run else "removed"
+    rows = tuple(
+        (
+            i.kind,
+            i.arch or "?",
+            i.name,
+            i.created,
+            f"{i.size / 1e9:.2f} GB",
+            state if i.state in ("removable", "removed") else i.state,
+        )
+        for i in items
+    )
+    findings = tuple(
+        Finding(
+            "image_in_use",
+            f"{i.kind} {i.name} was kept: {i.state}",
+            hint=f"remove the container (docker ps -a --filter ancestor={i.short_id}), "
+            "then prune again",
+        )
+        for i in kept
+    )
+    return Result(
+        command=("image", "prune"),
+        data={
+            "arch": arch,
+            "dry_run": dry_run,
+            "images": [i.to_json() for i in items],
+            "freed_bytes": freed,
+            "reclaimable_bytes": reclaimable,
+        },
+        tables=(Table(("kind", "arch", "image", "created", "size", "state"), rows),)
+        if rows
+        else (),
+        lines=(line,),
+        findings=findings,
+    )

@@ -1,0 +1,132 @@
+"""Small image archives made by hand with tarfile: a valid docker-archive or OCI layout of a
+one-file image, and the pieces to break them in the ways `sglx base load` must refuse."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import tarfile
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+Member = tuple[tarfile.TarInfo, bytes | None]
+
+
+def layer_tar(content: bytes = b"hello from sglx\n", name: str = "hello.txt") -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        info = tarfile.TarInfo(name)
+        info.size = len(content)
+        info.mode = 0o644
+        tar.addfile(info, io.BytesIO(content))
+    return buffer.getvalue()
+
+
+def config_json(layers: Iterable[bytes]) -> bytes:
+    diff_ids = [f"sha256:{hashlib.sha256(layer).hexdigest()}" for layer in layers]
+    document = {
+        "architecture": "amd64",
+        "os": "linux",
+        "config": {"Cmd": ["/hello.txt"]},
+        "rootfs": {"type": "layers", "diff_ids": diff_ids},
+    }
+    return json.dumps(document, sort_keys=True).encode()
+
+
+def file_member(name: str, data: bytes) -> Member:
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    info.mode = 0o644
+    return info, data
+
+
+def special_member(name: str, kind: bytes, linkname: str = "") -> Member:
+    info = tarfile.TarInfo(name)
+    info.type = kind
+    info.linkname = linkname
+    return info, None
+
+
+def write_tar(path: Path, members: Iterable[Member]) -> Path:
+    with tarfile.open(path, "w") as tar:
+        for info, data in members:
+            tar.addfile(info, None if data is None else io.BytesIO(data))
+    return path
+
+
+def docker_members(
+    tags: list[str] | None = None, layer: bytes | None = None, **manifest: Any
+) -> list[Member]:
+    """The members of a docker-archive of a one-layer image; `manifest` overrides its keys."""
+    layer = layer_tar() if layer is None else layer
+    config = config_json([layer])
+    config_name = f"{hashlib.sha256(config).hexdigest()}.json"
+    entry: dict[str, Any] = {
+        "Config": config_name,
+        "RepoTags": tags or [],
+        "Layers": ["layer0/layer.tar"],
+    }
+    entry.update(manifest)
+    return [
+        file_member(config_name, config),
+        file_member("layer0/layer.tar", layer),
+        file_member("manifest.json", json.dumps([entry]).encode()),
+    ]
+
+
+def image_id(members: list[Member]) -> str:
+    """The id an engine gives the image: the sha256 of its config."""
+    for info, data in members:
+        if info.name.endswith(".json") and info.name != "manifest.json" and data is not None:
+            return f"sha256:{hashlib.sha256(data).hexdigest()}"
+        if info.name.startswith("blobs/") and data is not None and b'"rootfs"' in data:
+            return f"sha256:{hashlib.sha256(data).hexdigest()}"
+    raise AssertionError("no config in these members")
+
+
+def _descriptor(media: str, data: bytes) -> dict[str, Any]:
+    return {
+        "mediaType": media,
+        "digest": f"sha256:{hashlib.sha256(data).hexdigest()}",
+        "size": len(data),
+    }
+
+
+def oci_members(
+    ref: str | None = None, edit_index: Callable[[dict[str, Any]], None] | None = None
+) -> list[Member]:
+    """The members of an OCI layout of a one-layer image; `edit_index` may change index.json."""
+    layer = layer_tar()
+    config = config_json([layer])
+    manifest = json.dumps(
+        {
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "config": _descriptor("application/vnd.oci.image.config.v1+json", config),
+            "layers": [_descriptor("application/vnd.oci.image.layer.v1.tar", layer)],
+        }
+    ).encode()
+    descriptor = _descriptor("application/vnd.oci.image.manifest.v1+json", manifest)
+    if ref:
+        descriptor["annotations"] = {"io.containerd.image.name": ref}
+    index: dict[str, Any] = {"schemaVersion": 2, "manifests": [descriptor]}
+    if edit_index is not None:
+        edit_index(index)
+    blobs = [
+        file_member(f"blobs/sha256/{hashlib.sha256(b).hexdigest()}", b)
+        for b in (config, layer, manifest)
+    ]
+    return [
+        file_member("oci-layout", b'{"imageLayoutVersion": "1.0.0"}'),
+        *blobs,
+        file_member("index.json", json.dumps(index).encode()),
+    ]
+
+
+def with_sidecar(path: Path) -> Path:
+    """Write PATH.sha256 in sha256sum format next to `path`."""
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    path.with_name(path.name + ".sha256").write_text(f"{digest}  {path.name}\n")
+    return path

@@ -1,0 +1,112 @@
+"""sglx-serve hands the server exactly the image's environment, on every arch.
+
+sglx-serve runs for real (preflight included) with the environment each committed Dockerfile
+bakes, plus variables a user adds with `docker run -e`; only the server it starts is replaced by
+a probe that records what it received. The ROCm and Kunlun profiles have no device here, so
+their preflight fails, and sglx-serve must stop the server and exit 1 -- after the server got
+the same environment.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers.dockerfile_env import dockerfile_env
+from helpers.profiles import bake
+
+from sglx.profile import load_profile
+
+REPO = Path(__file__).resolve().parents[2]
+ARCHES = ["cpu", "gfx942", "gfx950", "gfx1151", "kunlun"]
+USER_ENV = {"SGLX_PROFILE_FALLBACKS": "1", "SITE_VARIABLE": "from docker run -e"}
+SERVE = (
+    "import sys, sglx_platform.serve as serve\n"
+    "serve.SERVER_MODULE = 'env_probe'\n"
+    "sys.exit(serve.main())\n"
+)
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from sglx.demo_model import make_demo_model
+
+    return make_demo_model(tmp_path_factory.mktemp("model") / "demo")
+
+
+def serve(arch: str, tmp_path: Path, model: Path) -> tuple[subprocess.CompletedProcess[str], Any]:
+    image_env = dockerfile_env(REPO / "images" / arch / "Dockerfile")
+    out = tmp_path / "probe.json"
+    env = {
+        **image_env,
+        # What the image would read from /etc/sglx and /models, here from the test's files.
+        "SGLX_PROFILE": str(bake(arch, tmp_path / "arch.yaml")),
+        "SGLX_MODEL": str(model),
+        "SGLX_PROBE_ROOT": str(tmp_path / "host"),
+        "HOME": str(tmp_path),
+        **USER_ENV,
+        "PYTHONPATH": str(REPO / "tests" / "helpers"),
+        "SGLX_TEST_PROBE_OUT": str(out),
+    }
+    (tmp_path / "host").mkdir()
+    proc = subprocess.run(
+        [sys.executable, "-c", SERVE, "--port", "31999"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert out.is_file(), proc.stderr[-3000:]
+    return proc, json.loads(out.read_text())
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_the_server_gets_the_image_environment(arch: str, tmp_path: Path, model: Path) -> None:
+    proc, probe = serve(arch, tmp_path, model)
+    received = probe["environ"]
+    baked = dockerfile_env(REPO / "images" / arch / "Dockerfile")
+    profile = load_profile(arch)
+    assert profile.env, "every profile bakes variables"
+    for name, value in profile.env.items():
+        assert received.get(name) == value == baked[name], name
+    assert received["SGLANG_PLATFORM"] == "sglx"
+    assert received["PATH"] == baked["PATH"]
+    for name, value in USER_ENV.items():
+        assert received[name] == value
+    assert probe["argv"][:2] == ["--model-path", str(model)]
+    assert probe["argv"][-2:] == ["--port", "31999"]
+    if arch == "cpu":
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        assert "preflight passed" in proc.stdout
+    else:
+        # No accelerator here: preflight fails as device_init_failed and the server is stopped.
+        assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+        assert "device_init_failed" in proc.stdout
+        assert "preflight failed (exit 1); stopping the server" in proc.stderr
+
+
+def test_preflight_first_does_not_start_the_server_when_it_fails(
+    tmp_path: Path, model: Path
+) -> None:
+    out = tmp_path / "probe.json"
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("SGLX_", "SGLANG_"))},
+        "SGLX_PROFILE": str(bake("gfx942", tmp_path / "arch.yaml")),
+        "SGLX_MODEL": str(model),
+        "SGLX_PROBE_ROOT": str(tmp_path),
+        "SGLX_PREFLIGHT": "first",
+        "PYTHONPATH": str(REPO / "tests" / "helpers"),
+        "SGLX_TEST_PROBE_OUT": str(out),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", SERVE], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 1
+    assert "preflight failed (exit 1); not starting the server" in proc.stderr
+    assert not out.exists()
