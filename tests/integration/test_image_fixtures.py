@@ -25,21 +25,13 @@ import pytest
 from conftest import remove_images
 from helpers.elf import shared_library
 from helpers.images_copy import copy_images, edit_yaml
+from helpers.rocm_base import ROCM_LIBS
 
 from sglx.cli import main
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 VENDOR_ARCHES = ["gfx942", "kunlun"]
-ROCM_LIBS = [
-    "libamdhip64.so.6",
-    "libhsa-runtime64.so.1",
-    "librocblas.so.4",
-    "libhipblaslt.so.0",
-    "librccl.so.1",
-    "libamd_comgr.so.3",
-    "librocm_smi64.so.7",
-]
 XRE_LIBS = ["libxpurt.so.2", "libxpucuda.so", "libxpuml.so.1"]
 
 
