@@ -11,7 +11,7 @@ SGLX := $(BIN)/sglx
 PYTEST_ARGS ?=
 BENCH ?= image
 
-.PHONY: help setup test e2e lint unit docs validate image prune bundle bench rollout
+.PHONY: help setup test e2e lint unit docs validate image prune bundle bench rollout check-hosts
 
 help: ## List the targets
 	@echo "sglx make targets (ARCH=$(ARCH); override with ARCH=gfx942 and so on):"
@@ -36,10 +36,10 @@ bundle: setup ## Write the air-gapped bundle of ARCH's image (OUT=DIR, IMAGE=REF
 bench: setup ## Run a benchmark: BENCH=image|scan|weights|bundle (kernels need a GPU: see bench/README.md)
 	$(BIN)/python bench/$(BENCH)/bench_$(BENCH).py
 
-test: setup lint ## Lint, then run the unit and real-engine integration tests (not e2e)
-	$(BIN)/pytest -m "not e2e" $(PYTEST_ARGS)
+test: setup lint ## Lint, then every test: unit, real-engine integration and the Ansible end-to-end run
+	$(BIN)/pytest $(PYTEST_ARGS)
 
-e2e: setup ## The Ansible end-to-end run on test hosts (~20 min; not yet part of `make test`)
+e2e: setup ## The Ansible end-to-end run alone: site, host checks, rollout, breaks, rollback (part of `make test`)
 	$(BIN)/pytest -m e2e tests/e2e $(PYTEST_ARGS)
 
 unit: ## Run the unit tests only (no Docker engine needed)
@@ -59,6 +59,12 @@ rollout: setup ## Roll BUNDLE (a folder on the hosts) out to INVENTORY's hosts o
 	@test -n "$(BUNDLE)" || { echo "make rollout: set BUNDLE=DIR, the bundle folder on the hosts" >&2; exit 2; }
 	cd ansible && $(abspath $(BIN))/ansible-playbook -i $(abspath $(INVENTORY)) rollout.yml \
 	  -e sglx_hosts=$(ARCH) -e sglx_bundle_path=$(BUNDLE) $(if $(SRC),-e sglx_bundle_src=$(abspath $(SRC)))
+
+check-hosts: setup ## Host checks of INVENTORY's hosts: MODE=preflight|acceptance, ARCH=, BUNDLE=DIR, JUNIT=FILE
+	@test -n "$(INVENTORY)" || { echo "make check-hosts: set INVENTORY=FILE (see ansible/inventory/example)" >&2; exit 2; }
+	$(SGLX) hosts check -i $(INVENTORY) --mode $(or $(MODE),preflight) \
+	  $(if $(filter command line environment,$(origin ARCH)),--arch $(ARCH)) \
+	  $(if $(BUNDLE),--bundle $(BUNDLE)) $(if $(JUNIT),--junitxml $(JUNIT)) $(if $(LIMIT),--limit $(LIMIT))
 
 docs: setup ## Regenerate docs/reference/profile.md and images/*/Dockerfile from their sources
 	$(SGLX) arch schema > docs/reference/profile.md.tmp

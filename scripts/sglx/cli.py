@@ -710,6 +710,13 @@ def _add_bundle(
         metavar="DIR",
         help="carry converted weights (sglx weights convert output) beside the image",
     )
+    p.add_argument(
+        "--control-wheels",
+        type=Path,
+        metavar="DIR",
+        help="carry the Ansible control node's wheels (bundles/locks/ansible.txt) from DIR in "
+        "ansible/wheels (default: the lock only)",
+    )
     p.add_argument("--no-scan", action="store_true", help="do not scan the image")
     p.set_defaults(func=_cmd_bundle_create)
 
@@ -779,6 +786,7 @@ def _cmd_bundle_create(args: argparse.Namespace) -> Result:
         wheelhouse=args.wheelhouse,
         weights_outside=args.weights_outside,
         scan=not args.no_scan,
+        control_wheels=args.control_wheels,
     )
     return create_bundle(
         load_profile(args.arch), options, Progress("bundle create", quiet=args.quiet)
@@ -852,6 +860,62 @@ def _cmd_ansible_vars(args: argparse.Namespace) -> Result:
 
 
 # --------------------------------------------------------------------------------------------
+# sglx hosts
+# --------------------------------------------------------------------------------------------
+
+
+def _add_hosts(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
+    hosts = sub.add_parser(
+        "hosts",
+        help="check hosts before (preflight) and after (acceptance) a rollout",
+        description="testinfra host checks (tests/host) over the inventory the playbooks use. "
+        "Reference: docs/reference/hosts.md.",
+        epilog=EPILOG,
+    )
+    verbs = hosts.add_subparsers(dest="verb", required=True, metavar="VERB")
+    p = verbs.add_parser(
+        "check",
+        parents=[common],
+        help="run the host checks of one mode on an inventory's hosts",
+        description="preflight: device nodes, groups, kernel command line, sysctls, engine, "
+        "disk, driver floors and sglx-preflight in the image. acceptance: all of preflight, "
+        "plus the bundle's image, the service, the running server's devices and environment, "
+        "a completion, and the same configuration on every host of a group. Exit 0 all "
+        "passed (pending reboots included), 1 a check failed, 2 the checks could not run.",
+    )
+    p.add_argument("-i", "--inventory", type=Path, required=True, help="Ansible inventory")
+    p.add_argument("--limit", default="sglx", help="group or host pattern (default: sglx)")
+    p.add_argument("--mode", choices=("preflight", "acceptance"), default="preflight")
+    p.add_argument("--arch", help="arch profile (default: each host's sglx_arch)")
+    p.add_argument("--bundle", type=Path, help="bundle folder (its size and digest)")
+    p.add_argument("--junitxml", type=Path, metavar="FILE", help="also write the JUnit report")
+    p.add_argument("--workers", type=int, help="parallel workers (default: one per host, <=16)")
+    p.add_argument(
+        "--no-sudo", dest="sudo", action="store_false", help="run as the SSH user (already root)"
+    )
+    p.set_defaults(func=_cmd_hosts_check)
+
+
+def _cmd_hosts_check(args: argparse.Namespace) -> Result:
+    from sglx.hosts.check import CheckOptions, check_hosts
+    from sglx.progress import Progress
+
+    options = CheckOptions(
+        args.inventory,
+        args.limit,
+        args.mode,
+        args.arch,
+        args.bundle,
+        args.junitxml,
+        args.workers,
+        args.sudo,
+    )
+    return check_hosts(options, Progress("hosts check", quiet=args.quiet or args.json))
+
+
+# --------------------------------------------------------------------------------------------
 # main
 # --------------------------------------------------------------------------------------------
 
@@ -900,6 +964,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_scan(sub, common)
     _add_bundle(sub, common, arch_parent)
     _add_ansible(sub, common, arch_parent)
+    _add_hosts(sub, common)
     return parser
 
 

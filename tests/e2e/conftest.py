@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from integration.conftest import (  # noqa: F401  (fixtures, found by name)
     cpu_base,
+    cpu_bundle,
     cpu_image,
     cpu_wheelhouse,
     docker,

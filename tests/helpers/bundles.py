@@ -10,7 +10,10 @@ import sys
 import tarfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sglx.bundle.manifest import Kind
 
 
 def import_tiny_image(docker: Any, tag: str, blob_bytes: int = 3_000_000) -> str:
@@ -62,9 +65,21 @@ def sglx_process(*args: str, **popen: Any) -> subprocess.Popen[str]:
     )
 
 
+def file_kind(path: str) -> Kind:
+    """The manifest kind `sglx bundle create` gives a bundle path."""
+    if path == "ansible/control-node.txt" or path == "wheelhouse/requirements.lock":
+        return "lock"
+    if path.startswith("ansible/"):
+        return "ansible"
+    if path == "install.sh":
+        return "install"
+    return "wheel" if path.endswith(".whl") else "meta"
+
+
 def hand_bundle(folder: Path, archive: Path, files: dict[str, bytes], chunk_size: int) -> Path:
     """A bundle in the real format written without an engine: `archive` (a docker-archive
-    made by hand) split by the real ChunkWriter, `files` beside it, manifest and SHA256SUMS."""
+    made by hand) split by the real ChunkWriter, `files` beside it (kinds as create gives
+    them; any ansible/ path fills the Ansible slot), manifest and SHA256SUMS."""
     import datetime as dt
     import hashlib
 
@@ -88,9 +103,13 @@ def hand_bundle(folder: Path, archive: Path, files: dict[str, bytes], chunk_size
     for path, data in files.items():
         (folder / path).parent.mkdir(parents=True, exist_ok=True)
         (folder / path).write_bytes(data)
-        kind = "wheel" if path.endswith(".whl") else "meta"
         entries.append(
-            FileEntry(path=path, size=len(data), sha256=hashlib.sha256(data).hexdigest(), kind=kind)
+            FileEntry(
+                path=path,
+                size=len(data),
+                sha256=hashlib.sha256(data).hexdigest(),
+                kind=file_kind(path),
+            )
         )
     manifest = BundleManifest(
         arch="cpu",
@@ -105,7 +124,9 @@ def hand_bundle(folder: Path, archive: Path, files: dict[str, bytes], chunk_size
             chunks=tuple(c.path for c in written.chunks),
         ),
         wheelhouse=Slot(included=any(p.endswith(".whl") for p in files), path="wheelhouse"),
-        ansible=Slot(included=False),
+        ansible=Slot(included=True, path="ansible")
+        if any(p.startswith("ansible/") for p in files)
+        else Slot(included=False),
         files=tuple(sorted(entries, key=lambda e: e.path)),
     )
     raw = dump(manifest)

@@ -9,6 +9,7 @@ import contextlib
 import io
 import json
 import os
+import shutil
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -87,6 +88,40 @@ def cpu_image(docker: Any, run_id: str, request: pytest.FixtureRequest) -> Itera
     )
     yield data
     remove_images(docker, tag, *data["payload_images_imported"])
+
+
+def labelled_copy(docker: Any, source: str, tag: str) -> str:
+    """`source` plus one label: a new image id over the same layers (removing it, without
+    pruning parents, leaves `source` and its build cache alone)."""
+    context = io.BytesIO(f"FROM {source}\nLABEL io.sglx.test.copy={tag}\n".encode())
+    image, _ = docker.images.build(fileobj=context, tag=tag, network_mode="none", rm=True)
+    return str(image.id)
+
+
+@pytest.fixture(scope="session")
+def cpu_bundle(
+    docker: Any, cpu_image: dict, run_id: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Any]]:
+    """The bundle of a labelled copy of the cpu image, made once per session by `sglx bundle
+    create` with the image scan (1 GiB chunks): test_bundle_cpu round-trips it, the e2e test
+    rolls it out. `docker save` streams the full 6.4 GB archive either way."""
+    from sglx.cli import main
+
+    tag = f"sglx-test/bundle-cpu:{run_id}"
+    image_id = labelled_copy(docker, cpu_image["tag"], tag)
+    folder = tmp_path_factory.mktemp("cpu-bundle") / "bundle"
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(["bundle", "create", "--arch", "cpu", "--image", tag, "--out", str(folder),
+                     "--chunk-size", "1GiB", "--json", "-q"])  # fmt: skip
+    created = json.loads(out.getvalue())
+    assert code == 0, created
+    yield {"path": folder, "tag": tag, "image_id": image_id, "created": created["data"]}
+    from docker.errors import ImageNotFound
+
+    with contextlib.suppress(ImageNotFound):
+        docker.images.remove(tag, noprune=True)
+    shutil.rmtree(folder.parent, ignore_errors=True)
 
 
 def free_port() -> int:

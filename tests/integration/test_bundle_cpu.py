@@ -2,9 +2,10 @@
 (hashes and the scan re-run on the archive), remove the image from the engine, install,
 `docker run` it and get one completion, then install again and find nothing redone.
 
-The bundled image is the session's cpu image with one extra label, so it shares every layer:
-removing it (without pruning parents) leaves the session image and its build cache alone,
-while `docker save` still streams the full 6.4 GB archive and `docker load` reads all of it.
+The bundle is the session's (conftest.cpu_bundle): a labelled copy of the session's cpu image,
+so it shares every layer: removing it (without pruning parents) leaves the session image and
+its build cache alone, while `docker save` streamed the full 6.4 GB archive and `docker load`
+reads all of it. The e2e test rolls the same bundle out to its test hosts.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -29,29 +29,14 @@ def cli_json(*argv: str) -> tuple[int, dict[str, Any]]:
     return code, json.loads(out.getvalue())
 
 
-def labelled_copy(docker: Any, source: str, tag: str) -> str:
-    """`source` plus one label: a new image id over the same layers."""
-    context = io.BytesIO(f"FROM {source}\nLABEL io.sglx.test.bundle={tag}\n".encode())
-    image, _ = docker.images.build(fileobj=context, tag=tag, network_mode="none", rm=True)
-    return str(image.id)
-
-
-def round_trip(docker: Any, source: str, workdir: Path, run_id: str) -> None:
-    from docker.errors import ImageNotFound
-
-    tag = f"sglx-test/bundle-cpu:{run_id}"
-    image_id = labelled_copy(docker, source, tag)
-    bundle = workdir / "bundle"
+def round_trip(docker: Any, cpu_bundle: dict[str, Any], workdir: Path, run_id: str) -> None:
+    tag, image_id, bundle = cpu_bundle["tag"], cpu_bundle["image_id"], cpu_bundle["path"]
     state = workdir / "state"
     container = None
     try:
-        code, created = cli_json(
-            "bundle", "create", "--arch", "cpu", "--image", tag, "--out", str(bundle),
-            "--chunk-size", "1GiB",
-        )  # fmt: skip
-        assert code == 0, created
-        assert created["data"]["scan"] == "ok"
-        assert len(created["data"]["image"]["chunks"]) >= 6
+        created = cpu_bundle["created"]
+        assert created["scan"] == "ok"
+        assert len(created["image"]["chunks"]) >= 6
         code, verified = cli_json("bundle", "verify", str(bundle))
         assert (code, verified["findings"]) == (0, []), verified
         assert verified["data"]["scan"] == "ok"
@@ -89,12 +74,9 @@ def round_trip(docker: Any, source: str, workdir: Path, run_id: str) -> None:
             with contextlib.suppress(Exception):
                 print(container.logs().decode()[-3000:])
             container.remove(force=True)
-        with contextlib.suppress(ImageNotFound):
-            docker.images.remove(tag, noprune=True)
-        shutil.rmtree(bundle, ignore_errors=True)
 
 
 def test_cpu_round_trip(
-    docker: Any, cpu_image: dict[str, Any], run_id: str, tmp_path: Path
+    docker: Any, cpu_bundle: dict[str, Any], run_id: str, tmp_path: Path
 ) -> None:
-    round_trip(docker, cpu_image["tag"], tmp_path, run_id)
+    round_trip(docker, cpu_bundle, tmp_path, run_id)

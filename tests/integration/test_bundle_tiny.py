@@ -69,21 +69,39 @@ def bundle(pristine: Path, tmp_path: Path, docker: Any, tiny: dict[str, str]) ->
 
 
 def test_create_writes_chunks_manifest_and_sums_that_coreutils_checks(
-    bundle: Path, tiny: dict[str, str]
+    bundle: Path, tiny: dict[str, str], sglx_json: JsonRunner
 ) -> None:
+    from sglx.ansible_vars import vars_text
+    from sglx.profile import load_profile
+
     manifest = json.loads((bundle / "bundle.json").read_text())
     assert manifest["arch"] == "cpu"
     assert manifest["image"]["id"] == tiny["id"]
     chunks = manifest["image"]["chunks"]
     assert len(chunks) >= 3
     assert chunks == [f"image/image.tar.{i:03d}" for i in range(len(chunks))]
-    assert manifest["ansible"] == {
-        "included": False,
-        "path": None,
-        "note": manifest["ansible"]["note"],
-    }
     listed = {entry["path"] for entry in manifest["files"]}
     assert {"install.sh", "meta/versions.json", "meta/labels.json", *chunks} <= listed
+    # The Ansible slot: playbooks, roles, the rendered cpu variables, host checks and the lock.
+    assert manifest["ansible"]["included"] is True
+    assert manifest["ansible"]["path"] == "ansible"
+    assert "wheels are not included" in manifest["ansible"]["note"]
+    kinds = {e["path"]: e["kind"] for e in manifest["files"] if e["path"].startswith("ansible/")}
+    assert kinds.pop("ansible/control-node.txt") == "lock"
+    assert set(kinds.values()) == {"ansible"}
+    for path in (
+        "ansible/site.yml",
+        "ansible/rollout.yml",
+        "ansible/ansible.cfg",
+        "ansible/roles/sglang_service/tasks/main.yml",
+        "ansible/host-checks/conftest.py",
+        "ansible/host-checks/pytest.ini",
+    ):
+        assert path in kinds
+    rendered = bundle / "ansible/inventory/example/group_vars/cpu/sglx_profile.yml"
+    assert rendered.read_text() == vars_text(load_profile("cpu"))
+    code, envelope = sglx_json("bundle", "verify", str(bundle), "--no-scan", "-q")
+    assert (code, envelope["findings"]) == (0, [])
     check = subprocess.run(
         ["sha256sum", "-c", "--strict", "SHA256SUMS"], cwd=bundle, capture_output=True, text=True
     )
@@ -147,7 +165,8 @@ def tamper_manifest(bundle: Path) -> None:
 def tamper_sums(bundle: Path) -> None:
     path = bundle / "SHA256SUMS"
     lines = path.read_text().splitlines()
-    lines[0] = "0" * 64 + lines[0][64:]
+    first = next(i for i, line in enumerate(lines) if line.endswith("  image/image.tar.000"))
+    lines[first] = "0" * 64 + lines[first][64:]
     path.write_text("\n".join(lines) + "\n")
 
 

@@ -11,15 +11,13 @@ a CPU build (2.13.0+cpu, the newest CPU build the configured index has) where up
 ROCm build, AITER, sgl-kernel and torchvision are metadata-only stand-ins (no index here has a
 build of them for ROCm; PyPI's torchvision is a CUDA build that needs libtorch_cuda.so and does
 not import beside a CPU torch), and Triton is PyPI's wheel, whose test plugins the copy of the
-profile accepts as the cpu profile does. The fixture is carried through
-`docker save` and `sglx base load`, as a site would. Everything else -- profile, lock, template,
+profile accepts as the cpu profile does. Everything else -- profile, lock, template,
 build, scan, preflight -- is the real logic, and nothing reaches a network.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import io
 import json
 import subprocess
@@ -126,8 +124,10 @@ def upstream_base(
     run_id: str,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[dict[str, str]]:
-    """fixture-sglang-rocm, loaded with `sglx base load` from a `docker save` tar; one image,
-    tagged once for the mi30x/mi35x ref and once for gfx1151's."""
+    """fixture-sglang-rocm: one image, tagged once for the mi30x/mi35x ref and once for
+    gfx1151's. Not carried through `docker save` and `sglx base load`: test_image_fixtures does
+    that with its bases, and the round trip of this multi-GB one cost minutes of CI and tested
+    nothing more."""
     work = tmp_path_factory.mktemp("fixture-sglang-rocm")
     layout = f"sglx-test/fixture-sglang-rocm-layout:{run_id}"
     built = f"sglx-test/fixture-sglang-rocm-build:{run_id}"
@@ -145,16 +145,9 @@ def upstream_base(
             rm=True,  # docker-py keeps each step's container otherwise
         )
         _install_site_packages(docker, layout, cpu_wheelhouse, cpu_torch, built)
-        archive = work / "fixture-sglang-rocm.tar"
-        with archive.open("wb") as handle:
-            for chunk in docker.images.get(built).save(named=False):
-                handle.write(chunk)
-        with archive.open("rb") as handle:
-            digest = hashlib.file_digest(handle, "sha256").hexdigest()
-        ok("base", "load", str(archive), "--sha256", digest, "--tag", tags["mi3x"])
-        archive.unlink()
-        repository, _, version = tags["gfx1151"].partition(":")
-        docker.images.get(tags["mi3x"]).tag(repository, version)
+        for tag in tags.values():
+            repository, _, version = tag.partition(":")
+            docker.images.get(built).tag(repository, version)
         remove_images(docker, built, layout)
         yield tags
     finally:

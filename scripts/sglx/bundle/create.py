@@ -1,7 +1,8 @@
 """`sglx bundle create`: write one bundle folder for an arch, staged and renamed last.
 
 The `docker save` stream of the image goes straight into hashed chunks (no full-size temporary
-file, memory bounded by one block); wheels and weights are hashed while they are copied; the
+file, memory bounded by one block); wheels, weights and the Ansible content (collected and
+checked before anything is written, by `ansible_content`) are hashed while they are copied; the
 scan report, versions and labels, `install.sh`, `bundle.json` and `SHA256SUMS` are written
 last, then the optional signature, then the staging folder is renamed to its final name. An
 interrupted create leaves only a hidden `.NAME.partial-*` folder, which the next create of the
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from sglx import __version__
-from sglx.bundle import install_sh, layout
+from sglx.bundle import ansible_content, install_sh, layout
 from sglx.bundle.chunks import ChunkWriter
 from sglx.bundle.files import copy_hashed, require_space, write_hashed
 from sglx.bundle.manifest import (
@@ -44,7 +45,6 @@ from sglx.progress import Progress
 from sglx.report import Finding, Result, Table
 
 SAVE_BLOCK = 4 << 20
-ANSIBLE_NOTE = "no Ansible content exists yet (ansible/ is reserved); this slot stays empty"
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,7 @@ class CreateOptions:
     wheelhouse: Path | None = None
     weights_outside: Path | None = None
     scan: bool = True
+    control_wheels: Path | None = None
 
 
 def create_bundle(profile: Profile, options: CreateOptions, progress: Progress) -> Result:
@@ -77,9 +78,10 @@ def create_bundle(profile: Profile, options: CreateOptions, progress: Progress) 
         raise SglxError(f"{tar_path} already exists", hint="remove it first", code="usage")
     lock, wheels = _wheel_sources(profile, options.wheelhouse)
     weights = _weights_source(options.weights_outside, image)
+    ansible = ansible_content.collect(profile, control_wheels=options.control_wheels)
     size = int(image.attrs.get("Size") or 0)
     carried = [*wheels, *(weights[1] if weights is not None else [])]
-    extra = sum(p.stat().st_size for p in carried)
+    extra = sum(p.stat().st_size for p in carried) + ansible.size
     total = size + extra
     require_space({out: total * (2 if options.as_tar else 1)}, f"a bundle of {ref}")
     for stale in out.parent.glob(f".{out.name}.partial-*"):
@@ -90,7 +92,9 @@ def create_bundle(profile: Profile, options: CreateOptions, progress: Progress) 
         entries, record, scan_result = _fill(
             client, stage, profile, ref, image, options, lock, wheels, weights, progress
         )
-        manifest = _finish(stage, profile, record, entries, options, weights)
+        progress(f"copying the Ansible content ({len(ansible.items)} files)")
+        entries += ansible_content.write(ansible, stage)
+        manifest = _finish(stage, profile, record, entries, options, weights, ansible.slot())
         stage.rename(out)
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
@@ -284,6 +288,7 @@ def _finish(
     entries: list[FileEntry],
     options: CreateOptions,
     weights: tuple[str, list[Path], str] | None,
+    ansible: Slot,
 ) -> BundleManifest:
     weights_record = None
     if weights is not None:
@@ -301,7 +306,7 @@ def _finish(
             path=layout.WHEELHOUSE if options.wheelhouse is not None else None,
             note="" if options.wheelhouse else "the image holds the packages (use --wheelhouse)",
         ),
-        ansible=Slot(included=False, note=ANSIBLE_NOTE),
+        ansible=ansible,
         files=tuple(sorted(entries, key=lambda e: e.path)),
     )
     raw = dump(manifest)

@@ -11,6 +11,10 @@ agree on them.
     meta/labels.json       the image labels
     wheelhouse/            the arch's lock and its wheels (with --wheelhouse)
     weights/NAME/          converted weights and their manifest (with --weights-outside)
+    ansible/               playbooks, roles, example inventory with the arch's rendered vars
+    ansible/host-checks/   the host-check suite (tests/host)
+    ansible/control-node.txt  the control node's hash-pinned lock (bundles/locks/ansible.txt)
+    ansible/wheels/        its wheels (with --control-wheels)
 """
 
 from __future__ import annotations
@@ -30,6 +34,10 @@ LABELS = "meta/labels.json"
 WHEELHOUSE = "wheelhouse"
 WHEEL_LOCK = "wheelhouse/requirements.lock"
 WEIGHTS = "weights"
+ANSIBLE = "ansible"
+ANSIBLE_HOST_CHECKS = "ansible/host-checks"
+ANSIBLE_LOCK = "ansible/control-node.txt"
+ANSIBLE_WHEELS = "ansible/wheels"
 # Files that describe the bundle and are checked by rendering, not by a manifest entry.
 METADATA = (MANIFEST, SIGNATURE, SUMS)
 
@@ -41,6 +49,10 @@ MAX_MANIFEST_BYTES = 16 << 20
 MAX_FILES = 100_000
 MAX_PATH_CHARS = 400
 MAX_PATH_DEPTH = 16
+# Bounds on the Ansible content a bundle carries (ansible/, host checks, lock; not the wheels):
+# it is a few hundred KiB, so more means something that does not belong (a venv, a cache).
+MAX_ANSIBLE_FILES = 2_000
+MAX_ANSIBLE_BYTES = 50 << 20
 
 _UNITS = {
     "": 1,

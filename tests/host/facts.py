@@ -1,0 +1,85 @@
+"""What the host checks expect of one host, from the same sources as the playbooks.
+
+Three layers, later ones winning: the roles' defaults (ansible/roles/*/defaults/main.yml), the
+host's inventory variables (site settings such as the container name or the published port),
+and the arch profile rendered by `sglx ansible vars` (device nodes, groups, kernel arguments,
+sysctls, environment). The profile comes last: the checks compare a host with what the profile
+says now, even when the inventory's rendered group_vars are stale.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from sglx.ansible_vars import render_vars
+from sglx.profile import Profile, load_profile
+
+ROLES = Path(__file__).resolve().parents[2] / "ansible" / "roles"
+# A default that only names another variable: "{{ sglang_service_port }}".
+_REFERENCE = re.compile(r"^\{\{\s*([a-z_][a-z0-9_]*)\s*\}\}$")
+
+
+@cache
+def role_defaults() -> dict[str, Any]:
+    merged: dict[str, Any] = {}
+    for defaults in sorted(ROLES.glob("*/defaults/main.yml")):
+        merged.update(yaml.safe_load(defaults.read_text(encoding="utf-8")) or {})
+    return merged
+
+
+@cache
+def profile_of(arch: str) -> Profile:
+    return load_profile(arch)
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    """One host's expected state; `vars` holds the role variables by their Ansible names."""
+
+    name: str
+    arch: str
+    vars: dict[str, Any]
+    profile: Profile
+
+    def __getitem__(self, key: str) -> Any:
+        return self.vars[key]
+
+    @property
+    def container(self) -> str:
+        return str(self.vars["sglang_service_container"])
+
+    @property
+    def service(self) -> str:
+        return str(self.vars["sglang_service_name"])
+
+    @property
+    def state_dir(self) -> str:
+        return str(self.vars["accel_host_state_dir"])
+
+    @property
+    def server_url(self) -> str:
+        bridge = self.vars["sglang_service_network"] == "bridge"
+        port = self.vars["sglang_service_host_port" if bridge else "sglang_service_port"]
+        return f"http://{self.vars['sglang_service_health_host']}:{port}"
+
+
+def host_facts(name: str, inventory_vars: dict[str, Any], arch: str | None) -> HostFacts:
+    """`arch` (--arch) wins over the inventory's sglx_arch; one of them must say it."""
+    arch = arch or inventory_vars.get("sglx_arch")
+    if not arch:
+        raise ValueError(
+            f"{name}: no arch: its inventory has no sglx_arch (group_vars/<arch>/sglx_profile.yml"
+            " from `sglx ansible vars`); pass --arch ARCH"
+        )
+    profile = profile_of(str(arch))
+    merged = {**role_defaults(), **inventory_vars, **render_vars(profile)}
+    for key, value in merged.items():
+        if isinstance(value, str) and (ref := _REFERENCE.match(value)):
+            merged[key] = merged.get(ref.group(1), value)
+    return HostFacts(name, str(arch), merged, profile)

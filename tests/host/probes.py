@@ -1,0 +1,157 @@
+"""What the checks read from a host: files, the engine, the running container and its server.
+
+Every read goes through testinfra's `host` (SSH, as root with --sudo), so a check sees the
+host as it is, not as a playbook configured it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shlex
+from collections import Counter
+from pathlib import Path
+from typing import Any, NoReturn
+
+import pytest
+from facts import HostFacts
+
+# Runs inside the server container: the sglang server process's argv and environment, read
+# from /proc (what the process runs with, not what its unit or image declares).
+_SERVER_PROBE = r"""
+import json, os
+def read(pid, name):
+    with open(f"/proc/{pid}/{name}", "rb") as f:
+        return [p.decode(errors="replace") for p in f.read().split(b"\0") if p]
+found = {}
+for pid in sorted(int(p) for p in os.listdir("/proc") if p.isdigit()):
+    try:
+        argv = read(pid, "cmdline")
+        if "sglang.launch_server" in argv:
+            env = dict(e.split("=", 1) for e in read(pid, "environ") if "=" in e)
+            found = {"pid": pid, "argv": argv, "env": env}
+            break
+    except OSError:
+        continue
+print(json.dumps(found))
+"""
+
+# Variables that differ between the hosts of one group by design (names, per-launch ids,
+# per-node device and core bindings), and server flags that name the node itself.
+PER_NODE_ENV = frozenset(
+    {
+        "HOSTNAME",
+        "HOME",
+        "SGLANG_RUN_ID",
+        "SGLANG_CPU_OMP_THREADS_BIND",
+        "HIP_VISIBLE_DEVICES",
+        "ROCR_VISIBLE_DEVICES",
+        "CUDA_VISIBLE_DEVICES",
+        "XPU_VISIBLE_DEVICES",
+    }
+)
+PER_NODE_ARGS = frozenset({"--node-rank", "--host", "--port", "--dist-init-addr"})
+
+
+def problem(what: str, fix: str) -> NoReturn:
+    """Fail the check with one line: what is wrong on this host, then how to fix it."""
+    pytest.fail(f"{what}. Fix: {fix}", pytrace=False)
+
+
+def read_json(host: Any, path: str) -> dict[str, Any] | None:
+    file = host.file(path)
+    if not file.exists:
+        return None
+    try:
+        value = json.loads(file.content_string)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def docker(host: Any, *args: str) -> Any:
+    return host.run("docker " + " ".join(shlex.quote(a) for a in args))
+
+
+def image_arch(host: Any, image: str) -> str | None:
+    """The arch an sglx image was built for (its io.sglx.arch label); None if it is absent."""
+    done = docker(
+        host, "image", "inspect", "--format", '{{index .Config.Labels "io.sglx.arch"}}', image
+    )
+    return done.stdout.strip() if done.rc == 0 else None
+
+
+def container_inspect(host: Any, facts: HostFacts) -> dict[str, Any] | None:
+    done = docker(host, "inspect", "--type", "container", facts.container)
+    if done.rc != 0:
+        return None
+    found = json.loads(done.stdout)
+    return found[0] if found else None
+
+
+def server_process(host: Any, facts: HostFacts) -> dict[str, Any]:
+    """argv and environment of the container's `sglang.launch_server` process ({} if none)."""
+    done = docker(host, "exec", facts.container, "python3", "-c", _SERVER_PROBE)
+    if done.rc != 0:
+        return {}
+    found: dict[str, Any] = json.loads(done.stdout or "{}")
+    return found
+
+
+def bundle_manifest(bundle: Path) -> tuple[dict[str, Any], str]:
+    """bundle.json of a bundle folder on this machine, and the bundle's digest (its sha256)."""
+    raw = (bundle / "bundle.json").read_bytes()
+    return json.loads(raw), "sha256:" + hashlib.sha256(raw).hexdigest()
+
+
+def server_flags(argv: list[str]) -> dict[str, str]:
+    """The server's flags after `-m sglang.launch_server`: {'--tp': '2', '--flag': ''}."""
+    args = argv[argv.index("sglang.launch_server") + 1 :] if "sglang.launch_server" in argv else []
+    flags: dict[str, str] = {}
+    key = None
+    for arg in args:
+        if arg.startswith("--"):
+            name, eq, value = arg.partition("=")
+            flags[name] = value if eq else ""
+            key = None if eq else name
+        elif key is not None:
+            flags[key] = arg if not flags[key] else f"{flags[key]} {arg}"
+    return flags
+
+
+def fingerprint(host: Any, facts: HostFacts) -> dict[str, str]:
+    """What must be the same on every host of a group: image, bundle, server flags and
+    environment of the running server, with the per-node ones left out."""
+    found: dict[str, str] = {}
+    inspect = container_inspect(host, facts)
+    found["image"] = str(inspect["Image"]) if inspect else "(no container)"
+    deployed = read_json(host, str(facts["sglang_service_state_file"])) or {}
+    found["bundle"] = str(deployed.get("bundle_digest", "(none recorded)"))
+    server = server_process(host, facts)
+    for flag, value in server_flags(server.get("argv", [])).items():
+        if flag not in PER_NODE_ARGS:
+            found[f"arg:{flag}"] = value
+    for name, value in server.get("env", {}).items():
+        if name not in PER_NODE_ENV:
+            found[f"env:{name}"] = value
+    return found
+
+
+def odd_keys(
+    mine: dict[str, str], group: dict[str, dict[str, str]], order: list[str]
+) -> dict[str, tuple[str, str]]:
+    """Keys where this host's value is not the group's: the most common value, ties going to
+    the host first in `order`. {key: (this host's value, the group's value)}."""
+    keys = set(mine).union(*(fp.keys() for fp in group.values()))
+    odd = {}
+    for key in sorted(keys):
+        values = Counter(group[h].get(key, "(unset)") for h in order)
+        top = max(values.values())
+        usual = next(
+            group[h].get(key, "(unset)")
+            for h in order
+            if values[group[h].get(key, "(unset)")] == top
+        )
+        if mine.get(key, "(unset)") != usual:
+            odd[key] = (mine.get(key, "(unset)"), usual)
+    return odd
