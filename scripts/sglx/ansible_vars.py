@@ -117,6 +117,10 @@ def render_vars(profile: Profile) -> dict[str, Any]:
         "sglang_service_numeric_gids": profile.devices.numeric_gids,
         "sglang_service_env": dict(profile.env),
         "sglang_service_env_forbidden": sorted(profile.env_forbidden),
+        "sglang_service_env_floors": [
+            {"when": dict(floor.when), "name": floor.name, "minimum": floor.minimum}
+            for _, floor in sorted(profile.env_floors.items())
+        ],
     }
 
 

@@ -155,3 +155,16 @@ def odd_keys(
         if mine.get(key, "(unset)") != usual:
             odd[key] = (mine.get(key, "(unset)"), usual)
     return odd
+
+
+def below_floor(key: str, floor: Any, env: dict[str, str]) -> str:
+    """'' when `env` meets the floor of a switched-on feature, else what is wrong."""
+    value = env.get(floor.name)
+    number = int(value) if value and value.isdigit() else (floor.unset if value is None else None)
+    if number is not None and number >= floor.minimum:
+        return ""
+    switched = " ".join(f"{n}={v}" for n, v in floor.when.items())
+    return (
+        f"{floor.name}={value or '(unset)'} with {switched}: needs {floor.minimum} "
+        f"({key}: {floor.reason})"
+    )

@@ -12,7 +12,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "host"))
 
 from facts import host_facts
-from probes import odd_keys, server_flags
+from probes import below_floor, odd_keys, server_flags
 
 
 def test_profile_wins_over_stale_inventory_and_site_settings_over_defaults() -> None:
@@ -55,3 +55,15 @@ def test_the_odd_host_is_the_minority_and_ties_go_to_the_first_host() -> None:
     pair = {"a": {"image": "x"}, "b": {"image": "y"}}
     assert odd_keys(pair["b"], pair, ["a", "b"]) == {"image": ("y", "x")}
     assert odd_keys(pair["a"], pair, ["a", "b"]) == {}
+
+
+def test_a_switched_on_feature_holds_its_variable_to_the_floor() -> None:
+    from sglx.profile import load_profile
+
+    (key, floor), *_ = load_profile("gfx942").env_floors.items()
+    on = {"SGLANG_ROCM_USE_MULTI_STREAM": "1"}
+    assert below_floor(key, floor, {**on, "GPU_MAX_HW_QUEUES": "5"}) == ""
+    said = below_floor(key, floor, {**on, "GPU_MAX_HW_QUEUES": "2"})
+    assert said.startswith("GPU_MAX_HW_QUEUES=2 with SGLANG_ROCM_USE_MULTI_STREAM=1: needs 5")
+    # Unset: the runtime's own value (HIP's 4) is below the floor too.
+    assert "GPU_MAX_HW_QUEUES=(unset)" in below_floor(key, floor, on)

@@ -1,0 +1,75 @@
+"""The value the service runs with goes with its flags: the sglang_service role's environment
+file, rendered by real ansible-playbook (local connection) with gfx942's profile variables,
+raises GPU_MAX_HW_QUEUES to the profile's floor (5) when the site switches multi-stream MoE on
+(SGLANG_ROCM_USE_MULTI_STREAM=1), leaves the host's tuned value (2, from accel.env) to dense
+serving, and keeps a site's own higher value. The server.env file comes after accel.env on the
+unit's `docker run`, so its value is the one the server gets."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ANSIBLE = Path(__file__).resolve().parents[2] / "ansible"
+BIN = Path(sys.executable).parent
+CASES = {
+    "multi_stream": {"SGLANG_ROCM_USE_MULTI_STREAM": "1"},
+    "dense": {},
+    "site_value": {"SGLANG_ROCM_USE_MULTI_STREAM": "1", "GPU_MAX_HW_QUEUES": "8"},
+}
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, str]]:
+    work = tmp_path_factory.mktemp("env-floors")
+    profile_vars = work / "gfx942.yml"
+    subprocess.run([str(BIN / "sglx"), "ansible", "vars", "--arch", "gfx942", "--out",
+                    str(profile_vars), "-q"], check=True)  # fmt: skip
+    template = ANSIBLE / "roles" / "sglang_service" / "templates" / "server.env.j2"
+    play = [{
+        "hosts": "localhost", "connection": "local", "gather_facts": False,
+        "tasks": [{
+            "name": "Render the server's environment file",
+            "ansible.builtin.template": {
+                "src": str(template), "dest": f"{work}/{{{{ item.key }}}}.env", "mode": "0644",
+            },
+            "vars": {"sglang_service_extra_env": "{{ item.value }}"},
+            "loop": "{{ cases | dict2items }}",
+        }],
+    }]  # fmt: skip
+    (work / "play.yml").write_text(yaml.safe_dump(play))
+    (work / "cases.yml").write_text(yaml.safe_dump({"cases": CASES}))
+    done = subprocess.run(
+        [str(BIN / "ansible-playbook"), "-i", "localhost,", str(work / "play.yml"),
+         "-e", f"@{profile_vars}", "-e", f"@{work / 'cases.yml'}",
+         "-e", f"ansible_python_interpreter={sys.executable}"],
+        capture_output=True, text=True, timeout=300, check=False,
+        env={**os.environ, "ANSIBLE_CONFIG": str(ANSIBLE / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr
+    files = {}
+    for case in CASES:
+        lines = (work / f"{case}.env").read_text().splitlines()
+        files[case] = dict(line.split("=", 1) for line in lines if "=" in line and line[0] != "#")
+        files[case]["#comments"] = "\n".join(line for line in lines if line.startswith("#"))
+    return files
+
+
+def test_multi_stream_raises_the_queues_to_the_floor(rendered: dict[str, dict[str, str]]) -> None:
+    env = rendered["multi_stream"]
+    assert env["GPU_MAX_HW_QUEUES"] == "5"
+    assert "SGLANG_ROCM_USE_MULTI_STREAM=1 needs GPU_MAX_HW_QUEUES>=5" in env["#comments"]
+
+
+def test_dense_serving_keeps_the_host_tuned_value(rendered: dict[str, dict[str, str]]) -> None:
+    # Not in server.env: accel.env's GPU_MAX_HW_QUEUES=2 (the profile's host.gpu_max_hw_queues)
+    assert "GPU_MAX_HW_QUEUES" not in rendered["dense"]
+
+
+def test_a_site_value_above_the_floor_is_kept(rendered: dict[str, dict[str, str]]) -> None:
+    assert rendered["site_value"]["GPU_MAX_HW_QUEUES"] == "8"
