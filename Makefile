@@ -36,10 +36,10 @@ bundle: setup ## Write the air-gapped bundle of ARCH's image (OUT=DIR, IMAGE=REF
 bench: setup ## Run a benchmark: BENCH=image|scan|weights|bundle (kernels need a GPU: see bench/README.md)
 	$(BIN)/python bench/$(BENCH)/bench_$(BENCH).py
 
-test: setup lint ## Lint, then unit, real-engine integration and the Ansible end-to-end run (its break cases: make e2e)
-	$(BIN)/pytest -m "not breaks" $(PYTEST_ARGS)
+test: setup lint ## Lint, then unit, real-engine integration and the Ansible end-to-end run with its break cases
+	$(BIN)/pytest $(PYTEST_ARGS)
 
-e2e: setup ## The whole Ansible end-to-end run: site, host checks, rollout, three breaks named and repaired, rollback
+e2e: setup ## The Ansible end-to-end run alone: site, host checks, rollout, three breaks named and repaired, rollback
 	$(BIN)/pytest -m e2e tests/e2e $(PYTEST_ARGS)
 
 unit: ## Run the unit tests only (no Docker engine needed)

@@ -14,6 +14,9 @@ from sglx.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
 
+# The engine fixtures (cpu base, wheelhouse, image and bundle: built once per session).
+pytest_plugins = ["helpers.engine_fixtures"]
+
 
 @pytest.fixture(scope="session")
 def repo() -> Path:

@@ -32,9 +32,9 @@ from typing import Any
 
 import pytest
 import yaml
+from helpers.engine_fixtures import free_port
 from helpers.server import http
 from helpers.test_hosts import SshHost, build_host_image, recap, sh
-from integration.conftest import free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docker, pytest.mark.slow]
 

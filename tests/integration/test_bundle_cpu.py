@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from conftest import free_port
+from helpers.engine_fixtures import free_port
 from helpers.server import http, wait_healthy
 
 from sglx.cli import main

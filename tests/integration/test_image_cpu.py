@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import build, free_port, remove_images
+from helpers.engine_fixtures import build, free_port, remove_images
 from helpers.server import http, transformers_greedy, wait_healthy
 
 from sglx.profile import load_profile

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import remove_images
 from helpers.elf import shared_library
+from helpers.engine_fixtures import remove_images
 from helpers.images_copy import copy_images, edit_yaml
 from helpers.rocm_base import ROCM_LIBS
 

@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import remove_images
 from helpers.dockerfile_env import dockerfile_env
+from helpers.engine_fixtures import remove_images
 from helpers.images_copy import copy_images, edit_yaml
 from helpers.rocm_base import SITE_PACKAGES, rocm_layout
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import free_port
+from helpers.engine_fixtures import free_port
 from helpers.server import http, wait_healthy
 
 from sglx.profile import load_profile

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from sglx.image.build import DEPS_LABEL_STEP, DepsStage
+from sglx.image.build import DEPS_LABEL_STEP, DepsStage, _build_hint
 from sglx.image.render import render_dockerfile
 from sglx.profile import known_arches, load_profile
 
@@ -189,3 +189,13 @@ def test_no_deps_label_step_means_no_deps_image() -> None:
     for line in FRESH.replace("LABEL io.sglx.stage=deps", "LABEL other=1").splitlines():
         deps.feed(line.rstrip())
     assert deps.image_id is None
+
+
+def test_a_full_data_root_gets_a_hint_that_says_so() -> None:
+    """The engine's own error ("no space left on device") comes after the build's last lines:
+    the hint names the cause and the commands that free the space."""
+    hint = _build_hint(["Step 9/44 : LABEL io.sglx.stage=deps", "write /var/lib/docker/overlay2/"
+                        "x/diff/a.so: no space left on device"])  # fmt: skip
+    assert "data root is full" in hint and "sglx image prune" in hint
+    plain = _build_hint(["Step 9/44 : RUN false"])
+    assert plain == "the lines above come from the step that failed"

@@ -449,7 +449,7 @@ def docker_build(
             detail = chunk.get("errorDetail", {}).get("message", chunk["error"])
             raise SglxError(
                 f"docker build of {tag} failed: {detail.strip()}\n    " + "\n    ".join(tail[-15:]),
-                hint=_build_hint(tail),
+                hint=_build_hint([*tail, detail]),
                 code="build_failed",
             )
         if "aux" in chunk and "ID" in chunk["aux"]:
@@ -485,6 +485,12 @@ class DepsStage:
 
 def _build_hint(tail: list[str]) -> str:
     text = "\n".join(tail)
+    if "no space left on device" in text.lower():
+        return (
+            "Docker's data root is full: free space there with `sglx image prune` (sglx's "
+            "build leftovers) and `docker image prune`; a build needs room for its deps stage "
+            "and the image, several times the wheelhouse's size"
+        )
     if "DO NOT MATCH THE HASHES" in text or "hash" in text.lower():
         return (
             "a wheel does not match the lock: check the wheelhouse with `sglx wheels "

@@ -1,4 +1,6 @@
-"""Fixtures for tests that drive the real Docker engine.
+"""Fixtures for the tests that drive the real Docker engine, registered once for the whole
+suite by tests/conftest.py (a conftest that imports them from another would register them a
+second time: each session fixture, the cpu image build included, would then run twice).
 
 Everything created carries the session's run id and is removed at the end of the session.
 """
@@ -21,21 +23,19 @@ from sglx.engine import docker_client
 
 
 @pytest.fixture(scope="session")
-def docker() -> Any:
-    """The real engine; fails (does not skip) when none answers: `make test` starts one."""
-    return docker_client()
+def docker() -> Iterator[Any]:
+    """The real engine; fails (does not skip) when none answers: `make test` starts one.
 
-
-@pytest.fixture(scope="session", autouse=True)
-def no_leftover_images(docker: Any) -> Iterator[None]:
-    """Remove the untagged images this session's builds leave behind (the classic builder
-    keeps each build's intermediate stages), and only those: ids seen before are kept."""
-    before = {image.id for image in docker.images.list(all=True)}
-    yield
-    for image in docker.images.list(filters={"dangling": True}):
+    At the end of the session it removes the untagged images this session's builds left
+    behind (the classic builder keeps each build's intermediate stages), and only those: ids
+    seen before are kept."""
+    client = docker_client()
+    before = {image.id for image in client.images.list(all=True)}
+    yield client
+    for image in client.images.list(filters={"dangling": True}):
         if image.id not in before:
             with contextlib.suppress(Exception):
-                docker.images.remove(image.id)
+                client.images.remove(image.id)
 
 
 @pytest.fixture(scope="session")
@@ -46,17 +46,19 @@ def cpu_base(docker: Any, run_id: str) -> Iterator[str]:
     tag = f"sglx-test/base-cpu:{run_id}"
     assert main(["base", "build", "--arch", "cpu", "--tag", tag]) == 0
     yield tag
-    docker.images.remove(tag, force=True)
+    remove_images(docker, tag)
 
 
 @pytest.fixture(scope="session")
-def cpu_wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The cpu lock's wheels, fetched the way a connected builder does (`sglx wheels fetch`)."""
+def cpu_wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The cpu lock's wheels, fetched the way a connected builder does (`sglx wheels fetch`);
+    3 GB, removed at the end of the session rather than left to pytest's temp rotation."""
     from sglx.cli import main
 
     folder = tmp_path_factory.mktemp("wheelhouse") / "cpu"
     assert main(["wheels", "fetch", "--arch", "cpu", "--dest", str(folder), "-q"]) == 0
-    return folder
+    yield folder
+    shutil.rmtree(folder.parent, ignore_errors=True)
 
 
 def build(*args: str) -> dict[str, Any]:
@@ -67,7 +69,8 @@ def build(*args: str) -> dict[str, Any]:
     with contextlib.redirect_stdout(out):
         code = main(["image", "build", "--json", "-q", *args])
     envelope = json.loads(out.getvalue())
-    assert code == 0, envelope["errors"]
+    # Joined into one string: pytest shortens the repr of a list, which hid the engine's error.
+    assert code == 0, "\n".join(f"{e['code']}: {e['message']}" for e in envelope["errors"])
     data: dict[str, Any] = envelope["data"]
     return data
 
