@@ -17,6 +17,11 @@ sglang.launch_server` with the same model and flags, so the platform plugin stil
 defaults), alternating the two, N runs each (default 3); the ratio is entrypoint / bare of the
 medians (target <= 1.2: preflight must not cost the start its imports twice).
 
+    .venv/bin/python bench/image/bench_idle.py ...
+
+is a separate script: the CPU an idle server burns, with the profile's `sleep_on_idle` and
+without it.
+
 It needs the arch's base in the engine and a complete wheelhouse (`make image` provides both).
 The images it builds carry a unique tag and are removed at the end; the timing of each step is
 its wall time (the machine's other load shows up in it, so run it on a quiet machine).

@@ -106,6 +106,8 @@ def test_sglx_is_the_active_platform_of_the_server(running: dict[str, Any]) -> N
     status, info = http(f"{running['base']}/get_server_info")
     assert status == 200
     assert (info["attention_backend"], info["max_total_tokens"]) == ("torch_native", 4096)
+    # The idle scheduler blocks in zmq poll instead of spinning a core (the cpu profile).
+    assert info["sleep_on_idle"] is True
 
 
 def test_docker_stop_leaves_the_fallback_profile(running: dict[str, Any]) -> None:
