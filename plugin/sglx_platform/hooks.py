@@ -52,7 +52,7 @@ def _parallel_runtime(original: Callable[..., Any], *args: Any, **kwargs: Any) -
     device_type = profile.platform.device_type
     init_device(lambda: _touch(device_type, gpu_id), f"{profile.arch} device {gpu_id}")
     result = original(*args, **kwargs)
-    check_ranks(profile)
+    check_ranks(profile, kwargs.get("server_args"))
     return result
 
 

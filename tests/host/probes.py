@@ -33,24 +33,20 @@ for pid in sorted(int(p) for p in os.listdir("/proc") if p.isdigit()):
             break
     except OSError:
         continue
+# What the plugin compared across the server's ranks (sglx_platform.consistency), lowest rank.
+import glob, tempfile
+for path in sorted(glob.glob(os.path.join(tempfile.gettempdir(), "sglx-fingerprint-rank*.json"))):
+    try:
+        with open(path) as f:
+            found["fingerprint"] = json.load(f)["fingerprint"]
+        break
+    except (OSError, ValueError, KeyError):
+        continue
 print(json.dumps(found))
 """
 
-# Variables that differ between the hosts of one group by design (names, per-launch ids,
-# per-node device and core bindings), and server flags that name the node itself.
-PER_NODE_ENV = frozenset(
-    {
-        "HOSTNAME",
-        "HOME",
-        "SGLANG_RUN_ID",
-        "SGLANG_CPU_OMP_THREADS_BIND",
-        "HIP_VISIBLE_DEVICES",
-        "ROCR_VISIBLE_DEVICES",
-        "CUDA_VISIBLE_DEVICES",
-        "XPU_VISIBLE_DEVICES",
-    }
-)
-PER_NODE_ARGS = frozenset({"--node-rank", "--host", "--port", "--dist-init-addr"})
+# Set per container by the engine, never compared (the profile's ranks lists hold the rest).
+CONTAINER_ENV = frozenset({"HOSTNAME", "HOME"})
 
 
 def problem(what: str, fix: str) -> NoReturn:
@@ -120,19 +116,27 @@ def server_flags(argv: list[str]) -> dict[str, str]:
 
 
 def fingerprint(host: Any, facts: HostFacts) -> dict[str, str]:
-    """What must be the same on every host of a group: image, bundle, server flags and
-    environment of the running server, with the per-node ones left out."""
+    """What must be the same on every host of a group: image, bundle, and what the server
+    compared across its ranks (server arguments with their resolved defaults, weights digest,
+    profile, package versions, environment), as the plugin wrote it at start. A server without
+    that record (an older image) is fingerprinted from its argv and environment instead. The
+    per-node values are left out either way, by the profile's `ranks` lists."""
     found: dict[str, str] = {}
     inspect = container_inspect(host, facts)
     found["image"] = str(inspect["Image"]) if inspect else "(no container)"
     deployed = read_json(host, str(facts["sglang_service_state_file"])) or {}
     found["bundle"] = str(deployed.get("bundle_digest", "(none recorded)"))
     server = server_process(host, facts)
+    if server.get("fingerprint"):
+        found.update(server["fingerprint"])
+        return found
+    ranks = facts.profile.ranks
+    per_node_flags = {"--" + name.replace("_", "-") for name in ranks.per_node_args}
     for flag, value in server_flags(server.get("argv", [])).items():
-        if flag not in PER_NODE_ARGS:
+        if flag not in per_node_flags:
             found[f"arg:{flag}"] = value
     for name, value in server.get("env", {}).items():
-        if name not in PER_NODE_ENV:
+        if name not in ranks.per_node_env and name not in CONTAINER_ENV:
             found[f"env:{name}"] = value
     return found
 

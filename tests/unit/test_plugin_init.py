@@ -89,25 +89,56 @@ def test_a_lock_held_past_the_timeout_is_an_init_hang(tmp_path: Path) -> None:
     assert "fuser" in caught.value.fix
 
 
-def test_fingerprints_name_what_differs() -> None:
+def test_fingerprints_name_what_differs_and_where() -> None:
     prints = [
         {"profile": "a", "env:SGLANG_USE_AITER": "1"},
         {"profile": "a", "env:SGLANG_USE_AITER": "0"},
         {"profile": "a"},
     ]
-    assert differences(prints) == [
-        "env:SGLANG_USE_AITER differs (rank 0: 1, rank 1: 0, rank 2: <unset>)"
+    where = ["rank 0 on host-a", "rank 1 on host-b", "rank 2 on host-c"]
+    assert differences(prints, where) == [
+        "env:SGLANG_USE_AITER differs (rank 0 on host-a: 1; rank 1 on host-b: 0; "
+        "rank 2 on host-c: <unset>)"
     ]
 
 
-def test_fingerprint_covers_profile_versions_and_code_path_env(
+class _Args:
+    """The fields of a ServerArgs record that the fingerprint reads (a msgspec struct)."""
+
+    __struct_fields__ = ("model_path", "max_running_requests", "node_rank", "port", "api_key")
+
+    def __init__(self, model: Path, **values: object) -> None:
+        self.model_path, self.max_running_requests = str(model), values.get("mrr", 8)
+        self.node_rank, self.port = values.get("rank", 0), values.get("port", 30000)
+        self.api_key = values.get("api_key", "s3cret")
+
+
+def test_fingerprint_compares_server_args_and_weights_not_per_node_values(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from sglx.profile import load_profile
 
+    (tmp_path / "sglx-weights.json").write_text('{"digest": "sha256:abc"}')
     monkeypatch.setenv("SGLANG_USE_AITER", "1")
-    print_ = fingerprint(load_profile("cpu"))
-    assert {"profile", "version:sglang", "version:torch", "env:SGLANG_USE_AITER"} <= set(print_)
+    monkeypatch.setenv("SGLANG_RUN_ID", "launch-1")
+    monkeypatch.setenv("SGLANG_CPU_OMP_THREADS_BIND", "0")
+    profile = load_profile("cpu")
+    node0 = fingerprint(profile, _Args(tmp_path, rank=0, port=30000))
+    assert {"profile", "version:sglang", "version:torch", "env:SGLANG_USE_AITER"} <= set(node0)
+    assert node0["arg:max_running_requests"] == "8"
+    assert node0["weights"] == "sha256:abc"
+    # Per launch and per node by the profile's ranks lists: left out.
+    assert not {"env:SGLANG_RUN_ID", "env:SGLANG_CPU_OMP_THREADS_BIND"} & set(node0)
+    assert not {"arg:node_rank", "arg:port"} & set(node0)
+    # A secret is compared by digest and never shown.
+    assert node0["arg:api_key"].startswith("sha256:") and "s3cret" not in node0["arg:api_key"]
+    monkeypatch.setenv("SGLANG_RUN_ID", "launch-2")
+    monkeypatch.setenv("SGLANG_CPU_OMP_THREADS_BIND", "1")
+    assert fingerprint(profile, _Args(tmp_path, rank=1, port=30001)) == node0
+    other = fingerprint(profile, _Args(tmp_path, rank=1, mrr=16))
+    assert differences([node0, other], ["rank 0", "rank 1"]) == [
+        "arg:max_running_requests differs (rank 0: 8; rank 1: 16)"
+    ]
 
 
 def _free_port() -> int:
@@ -153,4 +184,68 @@ def test_ranks_with_different_configuration_refuse_to_serve(tmp_path: Path, same
     else:
         for out in outputs:
             assert "[sglx config_refused] ranks disagree on their configuration" in out
-            assert "env:SGLANG_USE_AITER differs (rank 0: 1, rank 1: 0)" in out
+            host = socket.gethostname()
+            assert f"env:SGLANG_USE_AITER differs (rank 0 on {host}: 1; rank 1 on {host}: 0)" in out
+
+
+LATE_RANK = """
+import sys, time, torch.distributed as dist
+from sglx.profile import load_profile_file
+from sglx_platform.consistency import check_ranks
+rank = int(sys.argv[1])
+dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{sys.argv[2]}", rank=rank,
+                        world_size=2)
+if rank == 1:
+    time.sleep(30)  # never reaches the check in time
+check_ranks(load_profile_file(sys.argv[3]))
+print("consistent")
+"""
+
+
+def test_a_rank_that_does_not_answer_fails_the_start_in_bounded_time(tmp_path: Path) -> None:
+    profile = bake("cpu", tmp_path / "arch.yaml", ranks={"timeout_s": 5})
+    port = str(_free_port())
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_")}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", LATE_RANK, str(rank), port, str(profile)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank in (0, 1)
+    ]
+    started = time.monotonic()
+    _, err = procs[0].communicate(timeout=60)
+    assert procs[0].returncode == 3
+    assert time.monotonic() - started < 30
+    assert "did not answer the configuration check within 5 s" in err
+    procs[1].kill()
+    procs[1].communicate()
+
+
+def test_cpu_cores_are_split_among_local_ranks() -> None:
+    from sglx.profile import load_profile
+    from sglx_platform.cpu_binding import VARIABLE, apply_default, local_ranks, split_cores
+
+    assert split_cores([0, 1], 2) == "0|1"
+    assert split_cores([0, 1, 2, 3, 4, 5, 6, 7], 2) == "0-3|4-7"
+    assert split_cores([0, 2, 4], 1) == "0,2,4"
+    assert split_cores([0], 2) == "0|0"
+
+    class Args:
+        tp_size, pp_size, dp_size, nnodes, enable_dp_attention = 2, 1, 1, 1, False
+
+    assert local_ranks(Args()) == 2
+    environ: dict[str, str] = {}
+    assert apply_default(load_profile("cpu").ranks, Args(), environ) == environ[VARIABLE]
+    assert len(environ[VARIABLE].split("|")) == 2
+    kept = {VARIABLE: "0"}
+    assert apply_default(load_profile("cpu").ranks, Args(), kept) is None and kept == {
+        VARIABLE: "0"
+    }
+    # Not asked by the profile (ROCm binds devices, not cores), or a single local rank.
+    assert apply_default(load_profile("gfx942").ranks, Args(), {}) is None
+    Args.nnodes = 2
+    assert apply_default(load_profile("cpu").ranks, Args(), {}) is None

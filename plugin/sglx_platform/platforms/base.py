@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from sglx.profile import Profile
 from sglx_platform.baked import baked_profile
+from sglx_platform.cpu_binding import apply_default
 from sglx_platform.failures import FailureClass, PlatformError
 from sglx_platform.server_args import explicit_fields, plan, refusal_error, unknown_fields
 
@@ -93,6 +94,7 @@ class SglxPlatformMixin:
             setattr(server_args, name, value)
         if decided.writes:
             logger.info("sglx: %s defaults applied: %s", profile.arch, decided.writes)
+        apply_default(profile.ranks, server_args)
 
     # ------------------------------------------------------------------
     # Subsystem factory methods

@@ -517,6 +517,37 @@ class Host(_Strict):
     firmware: VersionFloor | None = Field(default=None, description="Device firmware floor.")
 
 
+class Ranks(_Strict):
+    """What the ranks of one server (on one host or several) compare before serving, and what
+    differs between them by design. Ranks that differ in anything else wait on collectives the
+    others never issue; every rank refuses to start instead, naming the keys and who holds which
+    value."""
+
+    env_prefixes: tuple[EnvName, ...] = Field(
+        description="Variables with these prefixes change code paths across ranks: compared."
+    )
+    per_node_env: tuple[EnvName, ...] = Field(
+        default=(),
+        description="Variables that differ per launch or per node by design (run ids, device "
+        "and core bindings, per-process folders): never compared.",
+    )
+    per_node_args: tuple[Name, ...] = Field(
+        default=(),
+        description="ServerArgs fields that name the node or process itself (rank, address, "
+        "port, local device): never compared. Every other server argument is.",
+    )
+    timeout_s: Annotated[int, Field(strict=True, ge=5, le=3600)] = Field(
+        default=60,
+        description="Bound on the exchange of fingerprints: a rank that does not answer "
+        "within it fails the start (never a hang).",
+    )
+    bind_cpu_cores: bool = Field(
+        default=False,
+        description="cpu: when SGLANG_CPU_OMP_THREADS_BIND is unset, split the cores this "
+        "process may use among the node's local ranks, so `--tp N` needs no binding by hand.",
+    )
+
+
 class Profile(_Strict):
     """One architecture, fully resolved."""
 
@@ -544,6 +575,7 @@ class Profile(_Strict):
         "environment).",
     )
     server: Server
+    ranks: Ranks
     weights: Weights
     kernels: Kernels
     scan: Scan

@@ -1,0 +1,126 @@
+"""A serving group that spans hosts, on the cpu platform: two containers from the cpu image on
+the host network stand in for two hosts (`--tp 2 --nnodes 2`, sglang's own multi-node tensor
+parallelism over gloo on 127.0.0.1).
+
+- The group serves a completion whose greedy tokens equal the single-rank server's. The cpu
+  profile keeps float32 weights; a two-way all-reduce of float32 partial sums can still round
+  differently from one rank's sum, so should a token ever differ the test compares the top
+  logprobs instead (see `_same_greedy_tokens`).
+- Different per-node core bindings and per-launch run ids start fine (the profile's
+  ranks.per_node_env); one node with another --max-running-requests fails both nodes within
+  60 s, naming the key and which rank on which host holds which value.
+
+Every node gets the same --random-seed: sglang draws one per launch when none is given, and the
+rank check then refuses the group (nodes sampling with different seeds would feed different
+tokens to one tensor-parallel step).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from helpers.engine_fixtures import free_port
+from helpers.server import http, wait_healthy
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+PROMPT = {"model": "demo", "prompt": "The capital of France is", "max_tokens": 6,
+          "temperature": 0, "logprobs": 3}  # fmt: skip
+
+
+@contextlib.contextmanager
+def servers(
+    docker: Any, image: str, nodes: list[tuple[list[str], dict[str, str]]], name: str
+) -> Iterator[list[Any]]:
+    started = []
+    try:
+        for index, (args, env) in enumerate(nodes):
+            started.append(docker.containers.run(
+                image, args, detach=True, network_mode="host", shm_size="1g", environment=env,
+                name=f"{name}-{index}",
+            ))  # fmt: skip
+        yield started
+    finally:
+        for container in started:
+            with contextlib.suppress(Exception):
+                # Shown by pytest when the test fails: each node's last words.
+                log = container.logs().decode(errors="replace")
+                print(f"--- {container.name}\n{log[-30000:]}")
+            with contextlib.suppress(Exception):
+                container.remove(force=True)
+
+
+def _completion(port: int) -> dict[str, Any]:
+    status, body = http(f"http://127.0.0.1:{port}/v1/completions", PROMPT, timeout=300)
+    assert status == 200, body
+    return dict(body["choices"][0])
+
+
+def _same_greedy_tokens(single: dict[str, Any], group: dict[str, Any]) -> None:
+    if single["text"] == group["text"]:
+        return
+    # float32 sums in another order: the greedy token at each step must still be among the
+    # group's top 3 with a logprob within 1e-3 of the single rank's.
+    for one, two in zip(
+        single["logprobs"]["top_logprobs"], group["logprobs"]["top_logprobs"], strict=False
+    ):
+        best = max(one, key=one.get)
+        assert best in two and abs(one[best] - two[best]) < 1e-3, (single, group)
+
+
+def _group(
+    port: int, dist: int, extra: list[list[str]], binds: list[str]
+) -> list[tuple[list[str], dict[str, str]]]:
+    return [
+        (["--tp", "2", "--nnodes", "2", "--node-rank", str(rank), "--dist-init-addr",
+          f"127.0.0.1:{dist}", "--port", str(port + rank), "--random-seed", "7", *extra[rank]],
+         {"SGLANG_CPU_OMP_THREADS_BIND": binds[rank]})
+        for rank in (0, 1)
+    ]  # fmt: skip
+
+
+def test_two_nodes_serve_the_single_rank_tokens(
+    docker: Any, cpu_image: dict[str, Any], run_id: str
+) -> None:
+    port = free_port()
+    with servers(
+        docker, cpu_image["tag"], [(["--port", str(port)], {})], f"sglx-test-{run_id}-single"
+    ) as (single,):
+        wait_healthy(
+            f"http://127.0.0.1:{port}",
+            timeout=600,
+            alive=lambda: docker.containers.get(single.id).status == "running",
+        )
+        reference = _completion(port)
+    port, dist = free_port(), free_port()
+    # Per-node bindings differ (core 0 and core 1), and so do the run ids sglang generates.
+    nodes = _group(port, dist, [[], []], ["0", "1"])
+    with servers(docker, cpu_image["tag"], nodes, f"sglx-test-{run_id}-group") as group:
+        wait_healthy(
+            f"http://127.0.0.1:{port}",
+            timeout=600,
+            alive=lambda: all(docker.containers.get(c.id).status == "running" for c in group),
+        )
+        _same_greedy_tokens(reference, _completion(port))
+
+
+def test_a_node_with_another_flag_fails_both_nodes_naming_it(
+    docker: Any, cpu_image: dict[str, Any], run_id: str
+) -> None:
+    port, dist = free_port(), free_port()
+    nodes = _group(port, dist, [[], ["--max-running-requests", "7"]], ["0", "1"])
+    with servers(docker, cpu_image["tag"], nodes, f"sglx-test-{run_id}-odd") as group:
+        started = time.monotonic()
+        codes = [c.wait(timeout=240)["StatusCode"] for c in group]
+        logs = [c.logs().decode(errors="replace") for c in group]
+    assert all(code != 0 for code in codes), logs
+    # Both stop once they compared: within 60 s of the check (the start before it is slower).
+    assert time.monotonic() - started < 240
+    for log in logs:
+        assert "ranks disagree on their configuration" in log
+        assert "arg:max_running_requests differs (rank 0 on " in log
+        assert ": 7)" in log
