@@ -22,6 +22,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from bench_image import wait_first_completion  # this folder is on sys.path when run as a script
+
 PROFILE = "/etc/sglx/arch.yaml"
 
 
@@ -78,7 +80,8 @@ def idle_cpu(client: Any, image: str, volumes: dict, seconds: float) -> dict[str
                                       network_mode="host", volumes=volumes)  # fmt: skip
     try:
         base = f"http://127.0.0.1:{port}"
-        _first_completion(base)
+        body = json.dumps({"model": "demo", "prompt": "Hello", "max_tokens": 4}).encode()
+        wait_first_completion(port, body, time.perf_counter())
         time.sleep(5)
         before = _cpu_ns(container)
         time.sleep(seconds)
@@ -92,22 +95,6 @@ def idle_cpu(client: Any, image: str, volumes: dict, seconds: float) -> dict[str
 
 def _cpu_ns(container: Any) -> int:
     return int(container.stats(stream=False)["cpu_stats"]["cpu_usage"]["total_usage"])
-
-
-def _first_completion(base: str) -> None:
-    body = json.dumps({"model": "demo", "prompt": "Hello", "max_tokens": 4}).encode()
-    deadline = time.monotonic() + 900
-    while time.monotonic() < deadline:
-        try:
-            request = urllib.request.Request(
-                f"{base}/v1/completions", data=body, headers={"content-type": "application/json"}
-            )
-            with urllib.request.urlopen(request, timeout=10) as reply:
-                if reply.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.5)
-    raise TimeoutError("no completion within 900 s")
 
 
 if __name__ == "__main__":

@@ -205,21 +205,27 @@ def _start_to_completion(client: Any, tag: str, bare: bool = False, model: str =
     started = time.perf_counter()
     container = client.containers.run(tag, flags, detach=True, network_mode="host", **kwargs)
     try:
-        while time.perf_counter() - started < 900:
-            try:
-                request = urllib.request.Request(
-                    f"http://127.0.0.1:{port}/v1/completions",
-                    data=body,
-                    headers={"content-type": "application/json"},
-                )
-                with urllib.request.urlopen(request, timeout=10) as reply:
-                    if reply.status == 200:
-                        return time.perf_counter() - started
-            except OSError:
-                time.sleep(0.5)
-        raise TimeoutError("no completion within 900 s")
+        wait_first_completion(port, body, started)
+        return time.perf_counter() - started
     finally:
         container.remove(force=True)
+
+
+def wait_first_completion(port: int, body: bytes, started: float, limit_s: float = 900) -> None:
+    """Poll /v1/completions on 127.0.0.1:port until it answers 200 (bench_idle.py uses it too)."""
+    while time.perf_counter() - started < limit_s:
+        try:
+            request = urllib.request.Request(
+                f"http://127.0.0.1:{port}/v1/completions",
+                data=body,
+                headers={"content-type": "application/json"},
+            )
+            with urllib.request.urlopen(request, timeout=10) as reply:
+                if reply.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.5)
+    raise TimeoutError(f"no completion within {limit_s:.0f} s")
 
 
 def _print_table(r: dict[str, Any]) -> None:
