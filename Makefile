@@ -9,6 +9,9 @@ export VENV
 BIN := $(VENV)/bin
 SGLX := $(BIN)/sglx
 PYTEST_ARGS ?=
+# make test's pytest-xdist workers: one takes the cpu image chain and the e2e run, the other the
+# unit and the other engine tests (tests/conftest.py orders and groups them). 1: no workers.
+TEST_WORKERS ?= 2
 BENCH ?= image
 
 .PHONY: help setup test e2e lint unit docs validate image prune bundle bench rollout check-hosts
@@ -37,7 +40,7 @@ bench: setup ## Run a benchmark: BENCH=image|scan|weights|bundle (kernels need a
 	$(BIN)/python bench/$(BENCH)/bench_$(BENCH).py
 
 test: setup lint ## Lint, then unit, real-engine integration and the Ansible end-to-end run with its break cases
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder) $(PYTEST_ARGS)
 
 e2e: setup ## The Ansible end-to-end run alone: site, host checks, rollout, three breaks named and repaired, rollback
 	$(BIN)/pytest -m e2e tests/e2e $(PYTEST_ARGS)

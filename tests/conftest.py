@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers.run_shared import clean_up
 
 from sglx.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
 
-# The engine fixtures (cpu base, wheelhouse, image and bundle: built once per session).
-pytest_plugins = ["helpers.engine_fixtures"]
+# The engine fixtures (cpu base, wheelhouse, image and bundle: built once per run), and how
+# `make test` splits the run between its xdist workers.
+pytest_plugins = ["helpers.engine_fixtures", "helpers.worker_schedule"]
 
 
 @pytest.fixture(scope="session")
@@ -24,9 +25,15 @@ def repo() -> Path:
 
 
 @pytest.fixture(scope="session")
-def run_id() -> str:
-    """Unique per test session: names of containers, images and networks carry it."""
-    return uuid.uuid4().hex[:10]
+def run_id(testrun_uid: str) -> str:
+    """Unique per test run and the same in every xdist worker: names of containers, images
+    and networks carry it."""
+    return testrun_uid[:10]
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """The process that started the run removes what its workers built (run_shared.py)."""
+    clean_up(session.config)
 
 
 @pytest.fixture(autouse=True)

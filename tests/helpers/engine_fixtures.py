@@ -2,7 +2,9 @@
 suite by tests/conftest.py (a conftest that imports them from another would register them a
 second time: each session fixture, the cpu image build included, would then run twice).
 
-Everything created carries the session's run id and is removed at the end of the session.
+The cpu base, wheelhouse, image and bundle are built once per run, whichever xdist worker
+asks first (helpers/run_shared.py), and removed when the run ends. Everything created
+carries the run's id.
 """
 
 from __future__ import annotations
@@ -11,54 +13,53 @@ import contextlib
 import io
 import json
 import os
-import shutil
 import socket
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from helpers.run_shared import Made, note_engine_images, once
 from sglx.engine import docker_client
 
 
 @pytest.fixture(scope="session")
-def docker() -> Iterator[Any]:
+def docker(pytestconfig: pytest.Config) -> Any:
     """The real engine; fails (does not skip) when none answers: `make test` starts one.
 
-    At the end of the session it removes the untagged images this session's builds left
-    behind (the classic builder keeps each build's intermediate stages), and only those: ids
-    seen before are kept."""
+    The untagged images this run's builds leave behind (the classic builder keeps each
+    build's intermediate stages) are removed when the run ends, and only those: the ids the
+    engine held when the run first used it are kept."""
     client = docker_client()
-    before = {image.id for image in client.images.list(all=True)}
-    yield client
-    for image in client.images.list(filters={"dangling": True}):
-        if image.id not in before:
-            with contextlib.suppress(Exception):
-                client.images.remove(image.id)
+    note_engine_images(pytestconfig, client)
+    return client
 
 
 @pytest.fixture(scope="session")
-def cpu_base(docker: Any, run_id: str) -> Iterator[str]:
+def cpu_base(docker: Any, run_id: str, pytestconfig: pytest.Config) -> str:
     """The cpu base image, debootstrapped from Debian by `sglx base build` (no registry)."""
     from sglx.cli import main
 
-    tag = f"sglx-test/base-cpu:{run_id}"
-    assert main(["base", "build", "--arch", "cpu", "--tag", tag]) == 0
-    yield tag
-    remove_images(docker, tag)
+    def make() -> Made:
+        tag = f"sglx-test/base-cpu:{run_id}"
+        assert main(["base", "build", "--arch", "cpu", "--tag", tag]) == 0
+        return Made(tag, images=[tag])
+
+    return str(once(pytestconfig, "cpu_base", make))
 
 
 @pytest.fixture(scope="session")
-def cpu_wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+def cpu_wheelhouse(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config) -> Path:
     """The cpu lock's wheels, fetched the way a connected builder does (`sglx wheels fetch`);
-    3 GB, removed at the end of the session rather than left to pytest's temp rotation."""
+    3 GB, removed at the end of the run rather than left to pytest's temp rotation."""
     from sglx.cli import main
 
-    folder = tmp_path_factory.mktemp("wheelhouse") / "cpu"
-    assert main(["wheels", "fetch", "--arch", "cpu", "--dest", str(folder), "-q"]) == 0
-    yield folder
-    shutil.rmtree(folder.parent, ignore_errors=True)
+    def make() -> Made:
+        folder = tmp_path_factory.mktemp("wheelhouse") / "cpu"
+        assert main(["wheels", "fetch", "--arch", "cpu", "--dest", str(folder), "-q"]) == 0
+        return Made(str(folder), paths=[str(folder.parent)])
+
+    return Path(once(pytestconfig, "cpu_wheelhouse", make))
 
 
 def build(*args: str) -> dict[str, Any]:
@@ -76,21 +77,25 @@ def build(*args: str) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="session")
-def cpu_image(docker: Any, run_id: str, request: pytest.FixtureRequest) -> Iterator[dict]:
-    """The cpu serving image, built once per session by `sglx image build` (demo model).
+def cpu_image(run_id: str, request: pytest.FixtureRequest) -> dict[str, Any]:
+    """The cpu serving image, built once per run by `sglx image build` (demo model).
     SGLX_TEST_CPU_IMAGE=REF reuses an image built from this tree instead (development only)."""
     reused = os.environ.get("SGLX_TEST_CPU_IMAGE")
     if reused:
-        yield {"tag": reused, "payload_images_imported": []}
-        return
-    cpu_base = request.getfixturevalue("cpu_base")
-    cpu_wheelhouse = request.getfixturevalue("cpu_wheelhouse")
-    tag = f"sglx-test/cpu:{run_id}"
-    data = build(
-        "--arch", "cpu", "--base", cpu_base, "--wheelhouse", str(cpu_wheelhouse), "--tag", tag
-    )
-    yield data
-    remove_images(docker, tag, *data["payload_images_imported"])
+        return {"tag": reused, "payload_images_imported": []}
+
+    def make() -> Made:
+        cpu_base = request.getfixturevalue("cpu_base")
+        cpu_wheelhouse = request.getfixturevalue("cpu_wheelhouse")
+        tag = f"sglx-test/cpu:{run_id}"
+        data = build(
+            "--arch", "cpu", "--base", cpu_base, "--wheelhouse", str(cpu_wheelhouse), "--tag", tag
+        )
+        return Made(data, images=[tag, *data["payload_images_imported"]])
+
+    request.getfixturevalue("docker")
+    value: dict[str, Any] = once(request.config, "cpu_image", make)
+    return value
 
 
 def labelled_copy(docker: Any, source: str, tag: str) -> str:
@@ -103,28 +108,32 @@ def labelled_copy(docker: Any, source: str, tag: str) -> str:
 
 @pytest.fixture(scope="session")
 def cpu_bundle(
-    docker: Any, cpu_image: dict, run_id: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, Any]]:
-    """The bundle of a labelled copy of the cpu image, made once per session by `sglx bundle
+    docker: Any,
+    cpu_image: dict,
+    run_id: str,
+    tmp_path_factory: pytest.TempPathFactory,
+    pytestconfig: pytest.Config,
+) -> dict[str, Any]:
+    """The bundle of a labelled copy of the cpu image, made once per run by `sglx bundle
     create` with the image scan (1 GiB chunks): test_bundle_cpu round-trips it, the e2e test
     rolls it out. `docker save` streams the full 6.4 GB archive either way."""
     from sglx.cli import main
 
-    tag = f"sglx-test/bundle-cpu:{run_id}"
-    image_id = labelled_copy(docker, cpu_image["tag"], tag)
-    folder = tmp_path_factory.mktemp("cpu-bundle") / "bundle"
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        code = main(["bundle", "create", "--arch", "cpu", "--image", tag, "--out", str(folder),
-                     "--chunk-size", "1GiB", "--json", "-q"])  # fmt: skip
-    created = json.loads(out.getvalue())
-    assert code == 0, created
-    yield {"path": folder, "tag": tag, "image_id": image_id, "created": created["data"]}
-    from docker.errors import ImageNotFound
+    def make() -> Made:
+        tag = f"sglx-test/bundle-cpu:{run_id}"
+        image_id = labelled_copy(docker, cpu_image["tag"], tag)
+        folder = tmp_path_factory.mktemp("cpu-bundle") / "bundle"
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            code = main(["bundle", "create", "--arch", "cpu", "--image", tag, "--out", str(folder),
+                         "--chunk-size", "1GiB", "--json", "-q"])  # fmt: skip
+        created = json.loads(out.getvalue())
+        assert code == 0, created
+        value = {"path": str(folder), "tag": tag, "image_id": image_id, "created": created["data"]}
+        return Made(value, images=[tag], paths=[str(folder.parent)])
 
-    with contextlib.suppress(ImageNotFound):
-        docker.images.remove(tag, noprune=True)
-    shutil.rmtree(folder.parent, ignore_errors=True)
+    value: dict[str, Any] = once(pytestconfig, "cpu_bundle", make)
+    return {**value, "path": Path(value["path"])}
 
 
 def free_port() -> int:

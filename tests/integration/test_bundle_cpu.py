@@ -5,7 +5,9 @@
 The bundle is the session's (conftest.cpu_bundle): a labelled copy of the session's cpu image,
 so it shares every layer: removing it (without pruning parents) leaves the session image and
 its build cache alone, while `docker save` streamed the full 6.4 GB archive and `docker load`
-reads all of it. The e2e test rolls the same bundle out to its test hosts.
+reads all of it. The e2e test rolls the same bundle out to its test hosts, so the two share
+one xdist unit (helpers/worker_schedule.py): the image cannot leave the engine while the test
+hosts serve it.
 """
 
 from __future__ import annotations
