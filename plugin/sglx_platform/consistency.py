@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import socket
 import tempfile
@@ -26,6 +27,8 @@ from typing import Any
 
 from sglx.profile import Profile
 from sglx_platform.failures import FailureClass, PlatformError
+
+logger = logging.getLogger(__name__)
 
 PACKAGES = ("sglang", "torch", "sglx", "sglx-platform", "sglx-kernels")
 # Server arguments whose values are secrets: compared by digest, never shown or written.
@@ -151,6 +154,8 @@ def check_ranks(profile: Profile, server_args: Any = None, group: Any = None) ->
             "runs:\n    " + "\n    ".join(diff),
             fix,
         )
+    # The host checks read the last of this line and of a refusal from the server's log.
+    logger.info("sglx: %d ranks agree on their configuration (%s)", len(gathered), where)
 
 
 def _expire(done: threading.Event, timeout_s: int, where: str) -> None:

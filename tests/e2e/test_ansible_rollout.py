@@ -48,7 +48,13 @@ class Fleet:
         self.inventories: dict[str, Path] = {}
         self.state: dict[str, Any] = {}
 
-    def inventory(self, name: str, arch: str, host_vars: dict[str, dict[str, Any]]) -> Path:
+    def inventory(
+        self,
+        name: str,
+        arch: str,
+        host_vars: dict[str, dict[str, Any]],
+        groups: dict[str, list[str]] | None = None,
+    ) -> Path:
         folder = self.work / f"inventory-{name}"
         (folder / "group_vars" / "sglx").mkdir(parents=True)
         sh(str(BIN / "sglx"), "ansible", "vars", "--arch", arch, "--out",
@@ -69,7 +75,10 @@ class Fleet:
                 "sglang_service_health_timeout": 420,
                 **host_vars.get(host.name, {}),
             }
-        (folder / "hosts.yml").write_text(yaml.safe_dump({"sglx": {"hosts": hosts}}))
+        inventory: dict[str, Any] = {"sglx": {"hosts": hosts}}
+        for group, members in (groups or {}).items():
+            inventory[group] = {"hosts": {member: {} for member in members}}
+        (folder / "hosts.yml").write_text(yaml.safe_dump(inventory, sort_keys=False))
         self.inventories[name] = folder / "hosts.yml"
         return folder / "hosts.yml"
 
@@ -390,3 +399,57 @@ def test_a_failed_upgrade_is_rolled_back(
         assert f"image: '{v1_id}' here, '{v2_id}' on the others" in said
     finally:
         shutil.rmtree(v2, ignore_errors=True)
+
+
+def test_a_serving_group_rolls_out_as_one_server_and_names_a_hand_changed_node(
+    fleet: Fleet,
+) -> None:
+    """Both hosts as one serving group (inventory group `pair`, `--tp 2` over `--nnodes 2`):
+    rollout.yml takes them as one batch, host-a is node rank 0 and answers completions, and
+    acceptance passes. Then host-b's server flag is changed by hand: the nodes' rank check
+    refuses to start the group, and acceptance names host-b and the flag."""
+    a, b = fleet.hosts
+    v1 = fleet.state["v1"]
+    dist = free_port()
+    nodes = {
+        host.name: {
+            "sglang_service_group": "pair",
+            "sglang_service_group_address": "127.0.0.1",
+            "sglang_service_group_port": dist,
+            "sglang_service_args": ["--tp", "2"],
+            # The two hosts share this machine's two cores: one each (a per-node value).
+            "sglang_service_extra_env": {"SGLANG_CPU_OMP_THREADS_BIND": str(rank)},
+        }
+        for rank, host in enumerate(fleet.hosts)
+    }
+    inventory = fleet.inventory("pair", "cpu", nodes, groups={"pair": [a.name, b.name]})
+    code, out = fleet.play(inventory, "rollout.yml", "-e", f"sglx_bundle_path={v1}")
+    assert code == 0, out
+    assert f"host-a: updated: runs bundle {digest_of(v1)}" in out
+    assert f"host-b: updated: runs bundle {digest_of(v1)}" in out
+    # One batch of both nodes, even at the default serial of one host.
+    assert out.count("PLAY [Roll the bundle out]") == 1, out
+    unit = b.exec("cat /etc/systemd/system/sglx-server.service")
+    assert f"--nnodes 2 --node-rank 1 --dist-init-addr 127.0.0.1:{dist} --random-seed" in unit
+    assert "--network host" in unit
+    assert served(fleet, a)
+    code, report = fleet.check("pair", inventory, "acceptance", "--bundle", str(v1))
+    assert code == 0, report
+    for host in ("host-a", "host-b"):
+        assert outcomes(report, host)["serving_group_forms"] == "passed"
+        assert outcomes(report, host)["group_runs_the_same"] == "passed"
+
+    unit_path = "/etc/systemd/system/sglx-server.service"
+    b.exec(f"sed -i '/^  sha256:/ s|$| --max-running-requests 7|' {unit_path}"
+           " && systemctl daemon-reload && systemctl restart sglx-server")  # fmt: skip
+    journal = "journalctl -u sglx-server -o cat --no-pager"
+    deadline = time.monotonic() + 420
+    while "config_refused" not in b.exec(journal, check=False):
+        assert time.monotonic() < deadline, b.exec(f"{journal} -n 80")
+        time.sleep(5)
+    code, report = fleet.check("pair-hand-changed", inventory, "acceptance")
+    assert code == 1
+    assert ("host-b", "serving_group_forms") in failures(report), report
+    assert ("host-a", "serving_group_forms") not in failures(report), report
+    said = message(report, "host-b", "serving_group_forms")
+    assert "arg:max_running_requests: '7' here" in said, said

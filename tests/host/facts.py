@@ -64,9 +64,22 @@ class HostFacts:
 
     @property
     def server_url(self) -> str:
-        bridge = self.vars["sglang_service_network"] == "bridge"
-        port = self.vars["sglang_service_host_port" if bridge else "sglang_service_port"]
+        """Published there on the bridge network; the server listens there on the host's."""
+        port = self.vars["sglang_service_host_port"]
         return f"http://{self.vars['sglang_service_health_host']}:{port}"
+
+    @property
+    def serving_group(self) -> list[str]:
+        """The hosts this one serves with, in node-rank order (just itself when alone)."""
+        group = str(self.vars.get("sglang_service_group") or "")
+        if not group:
+            return [self.name]
+        return list(self.vars.get("groups", {}).get(group, [self.name]))
+
+    @property
+    def node_rank(self) -> int:
+        members = self.serving_group
+        return members.index(self.name) if self.name in members else 0
 
 
 def host_facts(name: str, inventory_vars: dict[str, Any], arch: str | None) -> HostFacts:

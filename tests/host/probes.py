@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shlex
 from collections import Counter
 from pathlib import Path
@@ -172,3 +173,45 @@ def below_floor(key: str, floor: Any, env: dict[str, str]) -> str:
         f"{floor.name}={value or '(unset)'} with {switched}: needs {floor.minimum} "
         f"({key}: {floor.reason})"
     )
+
+
+# What the plugin's rank check logs (sglx_platform.consistency): its agreement, or its refusal
+# followed by one line per key, "KEY differs (rank 0 on HOST: VALUE; rank 1 on HOST: VALUE)".
+AGREED = "ranks agree on their configuration"
+REFUSED = "[sglx config_refused] ranks disagree on their configuration"
+_DIFFERS = re.compile(r"(\S+) differs \((rank \d+ on .*)\)\s*$")
+_PER_RANK = re.compile(r"rank (\d+) on [^:]*: (.*?)(?=; rank \d+ on |$)")
+
+
+def last_refusal(log: str) -> dict[str, dict[int, str]] | None:
+    """The keys and per-rank values of the last refusal, if no agreement came after it."""
+    lines = log.splitlines()
+    refused = max((i for i, line in enumerate(lines) if REFUSED in line), default=-1)
+    agreed = max((i for i, line in enumerate(lines) if AGREED in line), default=-1)
+    if refused < 0 or agreed > refused:
+        return None
+    keys: dict[str, dict[int, str]] = {}
+    for line in lines[refused + 1 :]:
+        found = _DIFFERS.search(line)
+        if not found:
+            break
+        keys[found.group(1)] = {int(r): v for r, v in _PER_RANK.findall(found.group(2))}
+    return keys
+
+
+def odd_nodes(
+    refusal: dict[str, dict[int, str]], members: list[str]
+) -> dict[str, dict[str, tuple[str, str]]]:
+    """{host: {key: (its value, the group's)}} for the nodes whose ranks differ from the most
+    common value (ties go to the lowest rank: node rank 0's). Ranks fill nodes in order."""
+    ranks = {r for values in refusal.values() for r in values}
+    per_node = max(1, (max(ranks, default=0) + 1) // max(1, len(members)))
+    odd: dict[str, dict[str, tuple[str, str]]] = {}
+    for key, values in refusal.items():
+        counts = Counter(values.values())
+        usual = next(v for _, v in sorted(values.items()) if counts[v] == max(counts.values()))
+        for rank, value in values.items():
+            node = min(rank // per_node, len(members) - 1)
+            if value != usual:
+                odd.setdefault(members[node], {})[key] = (value, usual)
+    return odd

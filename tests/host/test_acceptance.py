@@ -22,7 +22,9 @@ from probes import (
     container_inspect,
     fingerprint,
     image_arch,
+    last_refusal,
     odd_keys,
+    odd_nodes,
     problem,
     read_json,
     server_process,
@@ -147,16 +149,49 @@ print(json.dumps(json.load(u.urlopen(r, timeout=120))["choices"][0]))
 
 
 def test_health_and_completion(host: Any, facts: HostFacts) -> None:
+    """/health, then a one-token completion; a serving group answers completions through its
+    rank 0, so its other nodes answer /health only."""
     running_container(host, facts)
     url = facts.server_url
-    done = host.run(f"python3 -c {shlex.quote(_HEALTH_PROBE)} {shlex.quote(url)}")
+    probe = _HEALTH_PROBE if facts.node_rank == 0 else _HEALTH_PROBE.split("body =")[0]
+    done = host.run(f"python3 -c {shlex.quote(probe)} {shlex.quote(url)}")
     if done.rc != 0:
         last = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no answer"]
+        asked = "/health or a one-token completion" if facts.node_rank == 0 else "/health"
         problem(
-            f"{url}: /health or a one-token completion failed: {last[0][:200]}",
+            f"{url}: {asked} failed: {last[0][:200]}",
             f"journalctl -u {facts.service}; {ROLLOUT}",
         )
-    json.loads(done.stdout.splitlines()[-1])
+    if facts.node_rank == 0:
+        json.loads(done.stdout.splitlines()[-1])
+
+
+def test_serving_group_forms(host: Any, facts: HostFacts) -> None:
+    """The nodes of a serving group agreed on their configuration when they last started: the
+    server's log (its unit's journal) has no refusal of the rank check after its last
+    agreement. A node that differs is named, with the keys and values the ranks compared: a
+    group whose nodes differ never serves, so no running fingerprint is left to compare."""
+    members = facts.serving_group
+    if len(members) < 2:
+        pytest.skip(f"{facts.name} serves alone")
+    log = host.run(f"journalctl -u {shlex.quote(facts.service)} -n 3000 -o cat --no-pager")
+    if log.rc != 0:
+        pytest.skip(f"no journal of {facts.service} to read")
+    refusal = last_refusal(log.stdout)
+    if refusal is None:
+        return
+    odd = odd_nodes(refusal, members)
+    mine = odd.get(facts.name)
+    if not mine:
+        named = ", ".join(sorted(odd)) or "a node"
+        pytest.skip(f"serving group {facts.vars['sglang_service_group']} refuses: {named} differs")
+    differences = "; ".join(f"{k}: {v!r} here, {u!r} on the others" for k, (v, u) in mine.items())
+    problem(
+        f"{facts.name} (node rank {facts.node_rank} of serving group "
+        f"{facts.vars['sglang_service_group']}) differs from its group in {differences}, and "
+        "the group refuses to start",
+        f"make it match (its inventory or a hand edit differs), then {ROLLOUT}",
+    )
 
 
 def _runner(config: pytest.Config) -> Any:

@@ -2,7 +2,7 @@
 out and check hosts with no network.
 
     ansible/                    the checkout's ansible/: ansible.cfg, the playbooks, roles/,
-                                templates/, README.md, inventory/example/
+                                filter_plugins/, templates/, README.md, inventory/example/
     ansible/inventory/example/group_vars/ARCH/sglx_profile.yml
                                 the bundle arch's variables, rendered now (`sglx ansible vars`)
     ansible/host-checks/        the host-check suite: tests/host's *.py and pytest.ini
