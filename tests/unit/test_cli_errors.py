@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers.signals import default_sigint
 from packaging.requirements import Requirement
 
 from sglx.extras import OPTIONAL_MODULES
@@ -209,6 +210,7 @@ def _sglx_process(argv: list[str], env: dict[str, str]) -> subprocess.Popen[str]
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=default_sigint,
     )
 
 

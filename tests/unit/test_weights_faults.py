@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import torch
+from helpers.signals import default_sigint
 from weights_helpers import (
     copy_checkpoint,
     demo_checkpoint,
@@ -236,6 +237,7 @@ def test_an_interrupted_run_leaves_neither_dst_nor_staging(signame: str) -> None
         text=True,
         timeout=120,
         check=False,
+        preexec_fn=default_sigint,
     )
 
     assert proc.returncode == 130, proc.stderr
