@@ -39,8 +39,16 @@ bundle: setup ## Write the air-gapped bundle of ARCH's image (OUT=DIR, IMAGE=REF
 bench: setup ## Run a benchmark: BENCH=image|scan|weights|bundle (kernels need a GPU: see bench/README.md)
 	$(BIN)/python bench/$(BENCH)/bench_$(BENCH).py
 
-test: setup lint ## Lint, then unit, real-engine integration and the Ansible end-to-end run with its break cases
-	$(BIN)/pytest $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder) $(PYTEST_ARGS)
+# Lint runs beside the tests (its output follows theirs): the tests' first minutes wait on the
+# network (debootstrap, the wheel fetch), not on the cores lint takes. Fails if either fails.
+test: setup ## Lint beside unit, real-engine integration and the Ansible end-to-end run with its break cases
+	@lint_log=$$(mktemp -t sglx-lint.XXXXXX); \
+	$(MAKE) --no-print-directory lint >"$$lint_log" 2>&1 & lint_pid=$$!; \
+	tests_rc=0; $(BIN)/pytest $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder) $(PYTEST_ARGS) || tests_rc=$$?; \
+	lint_rc=0; wait $$lint_pid || lint_rc=$$?; \
+	echo "make test: lint, run beside the tests:"; cat "$$lint_log"; rm -f "$$lint_log"; \
+	if [ $$lint_rc -ne 0 ]; then echo "make test: lint failed (exit $$lint_rc): fix what it names above" >&2; fi; \
+	if [ $$tests_rc -ne 0 ]; then exit $$tests_rc; fi; exit $$lint_rc
 
 e2e: setup ## The Ansible end-to-end run alone: site, host checks, rollout, three breaks named and repaired, rollback
 	$(BIN)/pytest -m e2e tests/e2e $(PYTEST_ARGS)

@@ -14,6 +14,9 @@ import io
 import json
 import os
 import socket
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +24,8 @@ import pytest
 
 from helpers.run_shared import Made, note_engine_images, once
 from sglx.engine import docker_client
+
+SGLX = str(Path(sys.executable).parent / "sglx")
 
 
 @pytest.fixture(scope="session")
@@ -48,18 +53,25 @@ def cpu_base(docker: Any, run_id: str, pytestconfig: pytest.Config) -> str:
     return str(once(pytestconfig, "cpu_base", make))
 
 
-@pytest.fixture(scope="session")
-def cpu_wheelhouse(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config) -> Path:
-    """The cpu lock's wheels, fetched the way a connected builder does (`sglx wheels fetch`);
-    3 GB, removed at the end of the run rather than left to pytest's temp rotation."""
-    from sglx.cli import main
+def fetch_cpu_wheelhouse(config: pytest.Config, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The cpu lock's wheels, fetched the way a connected builder does (`sglx wheels fetch`,
+    a child process: cpu_image runs this in a thread beside the base's debootstrap)."""
 
     def make() -> Made:
         folder = tmp_path_factory.mktemp("wheelhouse") / "cpu"
-        assert main(["wheels", "fetch", "--arch", "cpu", "--dest", str(folder), "-q"]) == 0
+        fetch = [SGLX, "wheels", "fetch", "--arch", "cpu", "--dest", str(folder), "-q"]
+        done = subprocess.run(fetch, capture_output=True, text=True, check=False)
+        assert done.returncode == 0, done.stderr[-3000:]
         return Made(str(folder), paths=[str(folder.parent)])
 
-    return Path(once(pytestconfig, "cpu_wheelhouse", make))
+    return Path(once(config, "cpu_wheelhouse", make))
+
+
+@pytest.fixture(scope="session")
+def cpu_wheelhouse(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config) -> Path:
+    """The cpu lock's wheels (3 GB), removed at the end of the run rather than left to
+    pytest's temp rotation."""
+    return fetch_cpu_wheelhouse(pytestconfig, tmp_path_factory)
 
 
 def build(*args: str) -> dict[str, Any]:
@@ -85,8 +97,13 @@ def cpu_image(run_id: str, request: pytest.FixtureRequest) -> dict[str, Any]:
         return {"tag": reused, "payload_images_imported": []}
 
     def make() -> Made:
-        cpu_base = request.getfixturevalue("cpu_base")
-        cpu_wheelhouse = request.getfixturevalue("cpu_wheelhouse")
+        # The wheel fetch (mostly download) runs beside the debootstrap (mostly dpkg).
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            fetching = pool.submit(
+                fetch_cpu_wheelhouse, request.config, request.getfixturevalue("tmp_path_factory")
+            )
+            cpu_base = request.getfixturevalue("cpu_base")
+            cpu_wheelhouse = fetching.result()
         tag = f"sglx-test/cpu:{run_id}"
         data = build(
             "--arch", "cpu", "--base", cpu_base, "--wheelhouse", str(cpu_wheelhouse), "--tag", tag

@@ -43,9 +43,9 @@ def test_image_is_labelled_with_what_it_carries(docker: Any, cpu_image: dict) ->
 def test_image_scan_is_clean(cpu_bundle: dict[str, Any]) -> None:
     """Every ELF dependency resolves, or the cpu profile's scan rules accept it with a reason.
 
-    Read from the report the session's cpu bundle carries: `sglx bundle create` ran the same
-    scan as `sglx scan --image` (one envelope) on a copy of this image, layer for layer, and
-    scanning 6.4 GB a second time would only repeat it."""
+    Read from the report the session's cpu bundle carries: `sglx bundle create` scanned the
+    archive it wrote of a copy of this image, layer for layer (the envelope `sglx scan` prints),
+    and scanning 6.4 GB a second time would only repeat it."""
     from sglx.bundle.layout import SCAN_REPORT
 
     envelope = json.loads((cpu_bundle["path"] / SCAN_REPORT).read_text())

@@ -18,6 +18,7 @@ import pytest
 
 from sglx.progress import Progress
 from sglx.scan.bundle import read_manifest, unpack_archive_image
+from sglx.scan.layers import RootWriter
 
 CliJson = Callable[..., tuple[int, dict[str, Any]]]
 Member = tuple[str, str, bytes | str | None]  # (name, kind, data or link target)
@@ -67,7 +68,8 @@ def docker_archive(path: Path, layers: Sequence[bytes], env: Sequence[str] = ())
 
 def unpack(archive: Path, root: Path) -> dict[str, str]:
     [image] = read_manifest(archive) or []
-    return unpack_archive_image(image, root, Progress("test", quiet=True))
+    progress = Progress("test", quiet=True)
+    return unpack_archive_image(image, RootWriter(root, progress), progress)
 
 
 def test_layers_apply_in_order_with_whiteouts(tmp_path: Path) -> None:
@@ -140,3 +142,73 @@ def test_names_that_climb_out_are_refused(name: str) -> None:
 
     assert clean_name(name) is None
     assert clean_name("/" + name.replace("..", "ok")) is not None
+
+
+def tree(root: Path, placeholders: dict[str, frozenset[str]]) -> dict[str, str]:
+    """Every entry under `root` (what it is, a file's content, a link's target), the
+    placeholders added as files of unknown content."""
+    seen: dict[str, str] = {}
+    for path in sorted(root.rglob("*")):
+        name = "/" + path.relative_to(root).as_posix()
+        if path.is_symlink():
+            seen[name] = f"link -> {path.readlink()}"
+        elif path.is_dir():
+            seen[name] = "dir"
+        else:
+            seen[name] = f"file {path.read_text()!r}"
+    for folder, names in placeholders.items():
+        for name in names:
+            seen[f"{folder.rstrip('/')}/{name}"] = "file (name only)"
+    return seen
+
+
+def test_files_kept_as_names_only_leave_the_same_tree(tmp_path: Path) -> None:
+    """Unpacked with `names_only` (a scan's text files), the tree on disk plus the placeholders
+    is the full unpack's tree, through whiteouts, opaque folders, links and replacements."""
+    base = layer(
+        [
+            ("app/", "dir", None),
+            ("app/mod.py", "file", "code"),
+            ("app/gone.py", "file", "gone"),
+            ("app/lib.so", "file", "elf"),
+            ("app/alias.py", "hardlink", "app/mod.py"),
+            ("app/plain", "hardlink", "app/mod.py"),
+            ("app/to-mod", "symlink", "mod.py"),
+            ("opq/old.py", "file", "old"),
+            ("opq/old.so", "file", "old"),
+            ("became-dir.py", "file", "f"),
+            ("became-file.py/inner.py", "file", "inner"),
+        ]
+    )
+    top = layer(
+        [
+            ("app/.wh.gone.py", "file", ""),
+            ("opq/.wh..wh..opq", "file", ""),
+            ("opq/new.py", "file", "new"),
+            ("became-dir.py/", "dir", None),
+            ("became-dir.py/x.txt", "file", "x"),
+            ("became-file.py", "file", "now a file"),
+            ("app/mod.py/z.so", "file", "refused: its parent is a file"),
+        ]
+    )
+    archive = docker_archive(tmp_path / "image.tar", [base, top])
+    [image] = read_manifest(archive) or []
+    progress = Progress("test", quiet=True)
+    full, held = tmp_path / "full", tmp_path / "held"
+    unpack_archive_image(image, RootWriter(full, progress), progress)
+    writer = RootWriter(held, progress, names_only=lambda name: name.endswith((".py", ".txt")))
+    unpack_archive_image(image, writer, progress)
+
+    def name_only(name: str, kind: str) -> bool:
+        # /app/plain: a hard link to a file kept as its name only
+        return kind.startswith("file") and (name.endswith((".py", ".txt")) or name == "/app/plain")
+
+    assert not any(name_only(name, kind) for name, kind in tree(held, {}).items())
+    expected = {
+        name: "file (name only)" if name_only(name, kind) else kind
+        for name, kind in tree(full, {}).items()
+    }
+    assert tree(held, dict(writer.placeholders)) == expected
+    assert "/app/gone.py" not in expected and "/opq/old.py" not in expected
+    assert expected["/became-dir.py"] == "dir"
+    assert "/app/mod.py/z.so" not in expected

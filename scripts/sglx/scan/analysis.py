@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -46,6 +46,8 @@ class Target:
     env_source: str = "none"  # where LD_LIBRARY_PATH came from
     image_rules: bool = True
     notes: tuple[str, ...] = ()
+    # Regular files unpacked as names only (layers.RootWriter), by canonical virtual dir.
+    placeholders: Mapping[str, frozenset[str]] = field(default_factory=dict, hash=False)
 
 
 @dataclass(frozen=True)
@@ -133,7 +135,7 @@ def analyze(
     keep_closures: bool = False,
 ) -> ScanReport:
     """Scan one target; never runs any of its files."""
-    rootfs = RootFS(target.root)
+    rootfs = RootFS(target.root, target.placeholders)
     report = ScanReport(target=target, arch=rules.arch)
     progress(f"scanning {target.label}")
     inventory = take_inventory(rootfs, target.subtrees, jobs=jobs, progress=progress)

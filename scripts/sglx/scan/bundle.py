@@ -34,6 +34,7 @@ from sglx.errors import SglxError
 from sglx.progress import Progress
 from sglx.scan.analysis import Target
 from sglx.scan.image import parse_env
+from sglx.scan.inventory import names_only
 from sglx.scan.layers import RootWriter, clean_name
 
 WHEELHOUSE = layout.WHEELHOUSE
@@ -75,11 +76,23 @@ def bundle_targets(bundle: Path, scratch: Path, progress: Progress) -> list[Targ
             hint="check the bundle with `sglx bundle verify` and re-copy what it names",
             code="usage",
         )
-    archive = bundle / manifest.image.archive
+    targets = archive_targets(bundle / manifest.image.archive, chunks, scratch, progress)
+    wheels = sorted((bundle / WHEELHOUSE).glob("*.whl"))
+    if wheels:
+        site = site_packages(manifest.arch)
+        targets.append(_wheelhouse_target(wheels, targets[0], site, progress))
+    return targets
+
+
+def archive_targets(
+    archive: Path, chunks: tuple[Path, ...], scratch: Path, progress: Progress
+) -> list[Target]:
+    """Unpack the images of a `docker save` archive (read from its chunks) into `scratch`."""
     targets: list[Target] = []
     for image in read_manifest(archive, chunks) or ():
         root = scratch / f"image-{len(targets)}"
-        env = unpack_archive_image(image, root, progress)
+        writer = RootWriter(root, progress, names_only=names_only)
+        env = unpack_archive_image(image, writer, progress)
         targets.append(
             Target(
                 kind="image_archive",
@@ -87,6 +100,7 @@ def bundle_targets(bundle: Path, scratch: Path, progress: Progress) -> list[Targ
                 root=root,
                 ld_library_path=_ldlp(env),
                 env_source="the image config in the archive",
+                placeholders=writer.placeholders,
             )
         )
     if not targets:
@@ -95,10 +109,6 @@ def bundle_targets(bundle: Path, scratch: Path, progress: Progress) -> list[Targ
             hint="re-create the bundle with `sglx bundle create`",
             code="usage",
         )
-    wheels = sorted((bundle / WHEELHOUSE).glob("*.whl"))
-    if wheels:
-        site = site_packages(manifest.arch)
-        targets.append(_wheelhouse_target(wheels, targets[0], site, progress))
     return targets
 
 
@@ -151,10 +161,11 @@ def read_manifest(archive: Path, chunks: tuple[Path, ...] = ()) -> list[ArchiveI
     ]
 
 
-def unpack_archive_image(image: ArchiveImage, root: Path, progress: Progress) -> dict[str, str]:
-    """Apply the image's layers in order into `root`; return the config's environment."""
+def unpack_archive_image(
+    image: ArchiveImage, writer: RootWriter, progress: Progress
+) -> dict[str, str]:
+    """Apply the image's layers in order through `writer`; return the config's environment."""
     progress(f"unpacking {image.label}: {len(image.layers)} layers")
-    writer = RootWriter(root, progress)
     with image.open() as tar:
         config = _json_member(tar, image.config, image.archive)
         for layer in image.layers:
@@ -214,6 +225,7 @@ def _wheelhouse_target(wheels: list[Path], image: Target, site: str, progress: P
         env_source=image.env_source,
         image_rules=False,
         notes=notes,
+        placeholders=image.placeholders,
     )
 
 

@@ -12,7 +12,7 @@ from sglx.errors import SglxError
 from sglx.progress import Progress
 from sglx.report import Result
 from sglx.scan.analysis import Target, analyze
-from sglx.scan.bundle import bundle_targets
+from sglx.scan.bundle import archive_targets, bundle_targets
 from sglx.scan.image import export_image
 from sglx.scan.result import build_result
 from sglx.scan.rules import Rules
@@ -87,6 +87,7 @@ def scan_image(ref: str, *, rules: Rules, jobs: int, progress: Progress) -> Resu
             root=root,
             ld_library_path=(ldlp,) if ldlp else (),
             env_source="the image config",
+            placeholders=facts.placeholders,
         )
         report = analyze(target, rules, jobs=jobs, progress=progress)
     source = {"kind": "image", "ref": ref, "id": facts.image_id}
@@ -99,6 +100,23 @@ def scan_bundle(bundle: Path, *, rules: Rules, jobs: int, progress: Progress) ->
         targets = bundle_targets(bundle, scratch, progress)
         reports = [analyze(t, rules, jobs=jobs, progress=progress) for t in targets]
     return build_result(reports, {"kind": "bundle", "path": str(bundle)})
+
+
+def scan_archive(
+    archive: Path,
+    chunks: tuple[Path, ...],
+    source: dict[str, str],
+    *,
+    rules: Rules,
+    jobs: int,
+    progress: Progress,
+) -> Result:
+    """Scan the images of a `docker save` archive read from its chunks: what `sglx bundle
+    create` just wrote, so that its report is of the bytes the bundle carries."""
+    with scratch_dir("sglx-scan-") as scratch:
+        targets = archive_targets(archive, chunks, scratch, progress)
+        reports = [analyze(t, rules, jobs=jobs, progress=progress) for t in targets]
+    return build_result(reports, source)
 
 
 def _inside(root: Path, path: Path) -> str:

@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import io
 import uuid
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from sglx.engine import docker_client
 from sglx.errors import SglxError
 from sglx.progress import Progress
+from sglx.scan.inventory import names_only
 from sglx.scan.layers import IterStream, RootWriter
 
 _EXPORT_CHUNK = 1 << 20
@@ -29,6 +31,8 @@ class ImageFacts:
     ref: str
     image_id: str
     env: dict[str, str]
+    # Files unpacked as names only (layers.RootWriter), by canonical virtual dir.
+    placeholders: Mapping[str, frozenset[str]] = field(default_factory=dict, hash=False)
 
 
 def export_image(ref: str, dest: Path, progress: Progress) -> ImageFacts:
@@ -45,7 +49,6 @@ def export_image(ref: str, dest: Path, progress: Progress) -> ImageFacts:
             "or scan the archive's folder with --bundle",
             code="usage",
         ) from None
-    facts = ImageFacts(ref=ref, image_id=image.id, env=parse_env(image.attrs))
     name = f"sglx-scan-{uuid.uuid4().hex[:12]}"
     progress(f"exporting {ref} ({image.short_id}) through a container that is never started")
     try:
@@ -64,12 +67,13 @@ def export_image(ref: str, dest: Path, progress: Progress) -> ImageFacts:
         ) from None
     try:
         stream = io.BufferedReader(IterStream(iter(container.export(chunk_size=_EXPORT_CHUNK))))
-        writer = RootWriter(dest, progress)
+        writer = RootWriter(dest, progress, names_only=names_only)
         writer.apply(stream, whiteouts=False)
         progress(f"unpacked {writer.stats.bytes >> 20} MiB in {writer.stats.members} entries")
     finally:
         container.remove(force=True)
-    return facts
+    env = parse_env(image.attrs)
+    return ImageFacts(ref=ref, image_id=image.id, env=env, placeholders=writer.placeholders)
 
 
 def parse_env(attrs: dict[str, Any]) -> dict[str, str]:

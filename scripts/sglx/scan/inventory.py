@@ -38,6 +38,14 @@ TEXT_SUFFIXES = frozenset(
         *(".html", ".css", ".js", ".xml", ".svg"),
     }
 )
+
+
+def names_only(name: str) -> bool:
+    """Whether unpacking may keep a file as its name only: the walk never opens such a file."""
+    dot = name.rfind(".")
+    return dot > 0 and name[dot:] in TEXT_SUFFIXES
+
+
 _CHUNK = 256
 POOL_MIN_FILES = 20_000
 _PROGRESS_EVERY_S = 2.0
@@ -123,18 +131,19 @@ def _walk(
                     unlisted[directory] = FileProblem(UNREADABLE, reason)
                 continue
             prefix = "" if directory == "/" else directory
+            held = rootfs.placeholders_in(directory)
+            if held:  # skipped like the text files they are (see names_only)
+                skipped += len(held - {entry.name for entry in entries})
             for entry in entries:
                 if entry.is_dir(follow_symlinks=False):
                     child = f"{prefix}/{entry.name}"
                     if child not in _SKIP_TOP:
                         stack.append(child)
                 elif entry.is_file(follow_symlinks=False):
-                    name = entry.name
-                    dot = name.rfind(".")
-                    if dot > 0 and name[dot:] in TEXT_SUFFIXES:
+                    if names_only(entry.name):
                         skipped += 1
                     else:
-                        paths.append(f"{prefix}/{name}")
+                        paths.append(f"{prefix}/{entry.name}")
             if time.monotonic() - last > _PROGRESS_EVERY_S:
                 last = time.monotonic()
                 progress(f"walking: {len(paths) + skipped} files so far")

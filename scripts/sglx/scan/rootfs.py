@@ -8,12 +8,16 @@ opens `$ORIGIN/../lib/libfoo.so`.
 
 Directory listings and resolutions are cached: a scan resolves the same few hundred directories
 hundreds of thousands of times.
+
+`placeholders` are regular files the unpacking kept as names only (layers.RootWriter): they are
+listed, resolved and globbed like the files on disk, and have no content to read.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import os
+from collections.abc import Mapping
 from enum import Enum
 from pathlib import Path
 
@@ -28,8 +32,11 @@ class Kind(Enum):
 class RootFS:
     """Reads files under `root` by virtual path; see the module docstring for the rules."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(
+        self, root: Path, placeholders: Mapping[str, frozenset[str]] | None = None
+    ) -> None:
         self.root = Path(os.path.realpath(root))
+        self._placeholders = dict(placeholders or {})
         # Host path of virtual path v is self._prefix + v ("" for the machine's own /).
         self._prefix = "" if str(self.root) == "/" else str(self.root)
         self._listings: dict[str, dict[str, Kind] | None] = {}
@@ -64,8 +71,15 @@ class RootFS:
                     entries[entry.name] = kind  # type: ignore[index]
         except OSError:
             entries = None
+        if entries is not None:
+            for name in self.placeholders_in(canonical_dir):
+                entries.setdefault(name, Kind.FILE)
         self._listings[canonical_dir] = entries
         return entries
+
+    def placeholders_in(self, canonical_dir: str) -> frozenset[str]:
+        """Regular files of a canonical directory that exist by name only (no content)."""
+        return self._placeholders.get(canonical_dir, frozenset())
 
     def resolve(self, vpath: str) -> str | None:
         """The canonical virtual path of what `vpath` names, following every link; None if none."""
