@@ -150,16 +150,23 @@ def odd_keys(
     keys = set(mine).union(*(fp.keys() for fp in group.values()))
     odd = {}
     for key in sorted(keys):
-        values = Counter(group[h].get(key, "(unset)") for h in order)
-        top = max(values.values())
-        usual = next(
-            group[h].get(key, "(unset)")
-            for h in order
-            if values[group[h].get(key, "(unset)")] == top
-        )
+        usual = majority([group[h].get(key, "(unset)") for h in order])
         if mine.get(key, "(unset)") != usual:
             odd[key] = (mine.get(key, "(unset)"), usual)
     return odd
+
+
+def majority(values: list[str]) -> str:
+    """The most common of `values`; on a tie, the one that comes first."""
+    counts = Counter(values)
+    return next(v for v in values if counts[v] == max(counts.values()))
+
+
+def differences(odd: dict[str, tuple[str, str]]) -> str:
+    """How a host differs, key by key: "KEY: 'its value' here, 'the group's' on the others"."""
+    return "; ".join(
+        f"{k}: {mine!r} here, {usual!r} on the others" for k, (mine, usual) in odd.items()
+    )
 
 
 def below_floor(key: str, floor: Any, env: dict[str, str]) -> str:
@@ -208,8 +215,7 @@ def odd_nodes(
     per_node = max(1, (max(ranks, default=0) + 1) // max(1, len(members)))
     odd: dict[str, dict[str, tuple[str, str]]] = {}
     for key, values in refusal.items():
-        counts = Counter(values.values())
-        usual = next(v for _, v in sorted(values.items()) if counts[v] == max(counts.values()))
+        usual = majority([v for _, v in sorted(values.items())])
         for rank, value in values.items():
             node = min(rank // per_node, len(members) - 1)
             if value != usual:

@@ -20,6 +20,7 @@ from probes import (
     below_floor,
     bundle_manifest,
     container_inspect,
+    differences,
     fingerprint,
     image_arch,
     last_refusal,
@@ -136,16 +137,21 @@ def test_running_server_environment(host: Any, facts: HostFacts) -> None:
         problem(f"server pid {server['pid']} in {facts.container}: {'; '.join(wrong)}", ROLLOUT)
 
 
-# Runs on the host (python3 is there for Ansible): /health, then a one-token completion.
+# Run on the host (python3 is there for Ansible): /health; the second adds a one-token completion.
 _HEALTH_PROBE = """
 import json, sys, urllib.request as u
 url = sys.argv[1]
 print(u.urlopen(url + "/health", timeout=30).status)
+"""
+_COMPLETION_PROBE = (
+    _HEALTH_PROBE
+    + """
 body = {"model": "default", "prompt": "Hello", "max_tokens": 1, "temperature": 0}
 r = u.Request(url + "/v1/completions", data=json.dumps(body).encode(), method="POST",
               headers={"Content-Type": "application/json"})
 print(json.dumps(json.load(u.urlopen(r, timeout=120))["choices"][0]))
 """
+)
 
 
 def test_health_and_completion(host: Any, facts: HostFacts) -> None:
@@ -153,7 +159,7 @@ def test_health_and_completion(host: Any, facts: HostFacts) -> None:
     rank 0, so its other nodes answer /health only."""
     running_container(host, facts)
     url = facts.server_url
-    probe = _HEALTH_PROBE if facts.node_rank == 0 else _HEALTH_PROBE.split("body =")[0]
+    probe = _COMPLETION_PROBE if facts.node_rank == 0 else _HEALTH_PROBE
     done = host.run(f"python3 -c {shlex.quote(probe)} {shlex.quote(url)}")
     if done.rc != 0:
         last = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no answer"]
@@ -185,10 +191,9 @@ def test_serving_group_forms(host: Any, facts: HostFacts) -> None:
     if not mine:
         named = ", ".join(sorted(odd)) or "a node"
         pytest.skip(f"serving group {facts.vars['sglang_service_group']} refuses: {named} differs")
-    differences = "; ".join(f"{k}: {v!r} here, {u!r} on the others" for k, (v, u) in mine.items())
     problem(
         f"{facts.name} (node rank {facts.node_rank} of serving group "
-        f"{facts.vars['sglang_service_group']}) differs from its group in {differences}, and "
+        f"{facts.vars['sglang_service_group']}) differs from its group in {differences(mine)}, and "
         "the group refuses to start",
         f"make it match (its inventory or a hand edit differs), then {ROLLOUT}",
     )
@@ -249,10 +254,7 @@ def test_group_runs_the_same(host: Any, facts: HostFacts, request: pytest.Fixtur
     odd = odd_keys(prints[facts.name], prints, group)
     if odd:
         others = ", ".join(n for n in group if n != facts.name)
-        differences = "; ".join(
-            f"{k}: {mine!r} here, {usual!r} on the others" for k, (mine, usual) in odd.items()
-        )
         problem(
-            f"{facts.name} differs from the rest of its group ({others}) in {differences}",
+            f"{facts.name} differs from the rest of its group ({others}) in {differences(odd)}",
             f"make it match (its inventory or a hand edit differs), then {ROLLOUT}",
         )

@@ -60,6 +60,10 @@ def test_nodes_get_ranks_in_inventory_order_and_one_seed(tmp_path: Path) -> None
             "vars": {**local(), "sglang_service_network": "bridge", "sglang_service_port": 30000},
             "hosts": {
                 "standalone": {},
+                "alone-on-host": {
+                    "sglang_service_network": "host",
+                    "sglang_service_host_port": 30002,
+                },
                 "node-b": {"ansible_host": "10.0.0.2", "sglang_service_host_port": 30001},
                 "node-a": {"ansible_host": "10.0.0.1"},
             },
@@ -72,6 +76,8 @@ def test_nodes_get_ranks_in_inventory_order_and_one_seed(tmp_path: Path) -> None
     code, out, found = run(tmp_path, inventory)
     assert code == 0, out
     assert found["standalone"] == {"rank": 0, "network": "bridge", "args": []}
+    # Alone on the host network, a host port other than the profile's is the server's own.
+    assert found["alone-on-host"] == {"rank": 0, "network": "host", "args": ["--port", "30002"]}
     seed = found["node-a"]["args"][-3]
     assert found["node-a"] == {
         "rank": 0,
