@@ -14,8 +14,9 @@ they run is the cpu bundle's (no GPU here), so rollout and acceptance use the cp
 
 The second bundle version is the cpu image plus one LABEL (`docker build`, seconds, no new
 layer content), bundled like any image: that is the cheapest honest second version, since a
-bundle always carries a full `docker save` of its image. It is made in the background from the
-fleet's start, so the upgrade does not wait for that save.
+bundle always carries a full `docker save` of its image. The cpu chain (image, bundle) and
+then that second version are made in a thread from the fleet's start: site.yml and the
+preflight checks need only the hosts, and the upgrade does not wait for that save.
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ from typing import Any
 
 import pytest
 import yaml
-from helpers.engine_fixtures import free_port
+from helpers.engine_fixtures import build_cpu_image, free_port, make_cpu_bundle
+from helpers.run_shared import shared_folder
 from helpers.server import http
 from helpers.test_hosts import SshHost, build_host_image, recap, sh
 
@@ -144,11 +146,14 @@ def fleet(
     run_id: str,
     tmp_path_factory: pytest.TempPathFactory,
     request: Any,
-    cpu_bundle: dict[str, Any],
-    cpu_image: dict[str, Any],
 ) -> Iterator[Fleet]:
-    """Two test hosts that see the session's cpu bundle and this module's bundles at the same
-    paths as here; SGLX_TEST_CPU_BASE=REF reuses a built cpu base (development only)."""
+    """Two test hosts that see the run's temp folders (the session's cpu bundle, this module's
+    bundles) at the same paths as here; SGLX_TEST_CPU_BASE=REF reuses a built cpu base
+    (development only).
+
+    The hosts need only the base: the cpu image and its bundle are built in a thread while
+    site.yml and preflight run, then the upgrade's second version (see the module doc)."""
+    config = request.config
     base = os.environ.get("SGLX_TEST_CPU_BASE") or request.getfixturevalue("cpu_base")
     work = tmp_path_factory.mktemp("e2e-ansible")
     key = work / "id_ed25519"
@@ -164,17 +169,23 @@ def fleet(
     added_images: list[str] = []
     making = ThreadPoolExecutor(max_workers=1)
     try:
-        build_host_image(base, image, work, key.with_suffix(".pub"))
-        shared = cpu_bundle["path"].parent
-        for host in hosts:
-            host.start(image, ["-v", f"{bundles}:{bundles}:ro", "-v", f"{shared}:{shared}:ro"])
-        fleet = Fleet(work, hosts, key, {h.name: free_port() for h in hosts})
-        fleet.state["added_images"] = added_images
-        # The upgrade's second version is made while the tests before it run: its `docker
-        # save` of 6.4 GB is minutes that test would otherwise wait for.
+        # One after the other, beside the tests: the chain (wheels, image, bundle: the
+        # rollout waits for it through the cpu_bundle fixture), then the second version.
+        making.submit(make_cpu_bundle, config, tmp_path_factory, run_id)
         v2_tag = f"sglx-test/cpu-v2:{run_id}"
         added_images.append(v2_tag)  # host-a's server still runs it at the end
-        fleet.state["v2"] = making.submit(second_version, cpu_image["tag"], v2_tag, bundles / "v2")
+        v2 = making.submit(
+            lambda: second_version(
+                build_cpu_image(config, tmp_path_factory, run_id)["tag"], v2_tag, bundles / "v2"
+            )
+        )
+        build_host_image(base, image, work, key.with_suffix(".pub"))
+        shared = shared_folder(config)
+        for host in hosts:
+            host.start(image, ["-v", f"{shared}:{shared}:ro"])
+        fleet = Fleet(work, hosts, key, {h.name: free_port() for h in hosts})
+        fleet.state["added_images"] = added_images
+        fleet.state["v2"] = v2
         yield fleet
     finally:
         making.shutdown(wait=True)
@@ -303,7 +314,10 @@ def test_rollout_serves_on_both_hosts_idempotently(
     # In the site, before the rollout (test_bundle_cpu verifies it with the scan re-run).
     sh(str(BIN / "sglx"), "bundle", "verify", str(v1), "--no-scan", "-q")
     roll_inv = fleet.inventory("roll", "cpu", {})
-    code, out = fleet.play(roll_inv, "rollout.yml", "-e", f"sglx_bundle_path={v1}")
+    # Both hosts in one batch (sglx_rollout_serial=2), here and in the re-runs and repairs:
+    # what the serial default guards, a failing host stopping the next batch, is tested by the
+    # upgrade below.
+    code, out = fleet.play(roll_inv, "rollout.yml", "-e", f"sglx_bundle_path={v1}", *BOTH)
     assert code == 0, out
     for host in (a, b):
         assert served(fleet, host)
@@ -312,8 +326,6 @@ def test_rollout_serves_on_both_hosts_idempotently(
         assert "all files match" in log  # install.sh verified every file on this host
         # The shared engine had the image already, so neither host loaded it again.
         assert "the engine already has image" in log
-    # Re-runs and repairs take both hosts in one batch (sglx_rollout_serial=2): what the serial
-    # default guards, a failing host stopping the next batch, is tested by the upgrade below.
     code, again = fleet.play(roll_inv, "rollout.yml", "-e", f"sglx_bundle_path={v1}", *BOTH)
     assert code == 0, again
     assert {h: r["changed"] for h, r in recap(again).items()} == {"host-a": 0, "host-b": 0}, again

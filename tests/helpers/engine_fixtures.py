@@ -4,7 +4,9 @@ second time: each session fixture, the cpu image build included, would then run 
 
 The cpu base, wheelhouse, image and bundle are built once per run, whichever xdist worker
 asks first (helpers/run_shared.py), and removed when the run ends. Everything created
-carries the run's id.
+carries the run's id. Their builders are plain functions as well, so that the e2e test can
+start the chain in a thread and configure its hosts meanwhile; they run sglx as a child
+process for that reason.
 """
 
 from __future__ import annotations
@@ -40,37 +42,100 @@ def docker(pytestconfig: pytest.Config) -> Any:
     return client
 
 
-@pytest.fixture(scope="session")
-def cpu_base(docker: Any, run_id: str, pytestconfig: pytest.Config) -> str:
+def sglx_json(*argv: str) -> dict[str, Any]:
+    """`sglx ARGV --json -q` as a child process (safe in a thread, unlike the CLI in-process,
+    which swaps sys.stdout); its data, asserting it succeeded."""
+    command = [SGLX, *argv, "--json", "-q"]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    try:
+        envelope = json.loads(done.stdout)
+    except json.JSONDecodeError:
+        said = f"{' '.join(command)}: exit {done.returncode}: {done.stderr[-3000:]}"
+        raise AssertionError(said) from None
+    # Joined into one string: pytest shortens the repr of a list, which hid the engine's error.
+    errors = "\n".join(f"{e['code']}: {e['message']}" for e in envelope["errors"])
+    assert done.returncode == 0, errors or done.stderr[-3000:]
+    data: dict[str, Any] = envelope["data"]
+    return data
+
+
+def build_cpu_base(config: pytest.Config, run_id: str) -> str:
     """The cpu base image, debootstrapped from Debian by `sglx base build` (no registry)."""
-    from sglx.cli import main
 
     def make() -> Made:
         tag = f"sglx-test/base-cpu:{run_id}"
-        assert main(["base", "build", "--arch", "cpu", "--tag", tag]) == 0
+        sglx_json("base", "build", "--arch", "cpu", "--tag", tag)
         return Made(tag, images=[tag])
 
-    return str(once(pytestconfig, "cpu_base", make))
+    return str(once(config, "cpu_base", make))
 
 
 def fetch_cpu_wheelhouse(config: pytest.Config, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The cpu lock's wheels, fetched the way a connected builder does (`sglx wheels fetch`,
-    a child process: cpu_image runs this in a thread beside the base's debootstrap)."""
+    """The cpu lock's wheels (3 GB), fetched the way a connected builder does (`sglx wheels
+    fetch`), removed at the end of the run rather than left to pytest's temp rotation."""
 
     def make() -> Made:
         folder = tmp_path_factory.mktemp("wheelhouse") / "cpu"
-        fetch = [SGLX, "wheels", "fetch", "--arch", "cpu", "--dest", str(folder), "-q"]
-        done = subprocess.run(fetch, capture_output=True, text=True, check=False)
-        assert done.returncode == 0, done.stderr[-3000:]
+        sglx_json("wheels", "fetch", "--arch", "cpu", "--dest", str(folder))
         return Made(str(folder), paths=[str(folder.parent)])
 
     return Path(once(config, "cpu_wheelhouse", make))
 
 
+def build_cpu_image(
+    config: pytest.Config, tmp_path_factory: pytest.TempPathFactory, run_id: str
+) -> dict[str, Any]:
+    """The cpu serving image, built once per run by `sglx image build` (demo model).
+    SGLX_TEST_CPU_IMAGE=REF reuses an image built from this tree instead (development only)."""
+    reused = os.environ.get("SGLX_TEST_CPU_IMAGE")
+    if reused:
+        return {"tag": reused, "payload_images_imported": []}
+
+    def make() -> Made:
+        # The wheel fetch (mostly download) runs beside the debootstrap (mostly dpkg).
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            fetching = pool.submit(fetch_cpu_wheelhouse, config, tmp_path_factory)
+            base = build_cpu_base(config, run_id)
+            wheelhouse = fetching.result()
+        tag = f"sglx-test/cpu:{run_id}"
+        data = sglx_json(
+            "image", "build", "--arch", "cpu", "--base", base, "--wheelhouse", str(wheelhouse),
+            "--tag", tag,
+        )  # fmt: skip
+        return Made(data, images=[tag, *data["payload_images_imported"]])
+
+    value: dict[str, Any] = once(config, "cpu_image", make)
+    return value
+
+
+def make_cpu_bundle(
+    config: pytest.Config, tmp_path_factory: pytest.TempPathFactory, run_id: str
+) -> dict[str, Any]:
+    """The bundle of a labelled copy of the cpu image, made once per run by `sglx bundle
+    create` with the image scan (1 GiB chunks): test_bundle_cpu round-trips it, the e2e test
+    rolls it out. `docker save` streams the full 6.4 GB archive either way."""
+
+    def make() -> Made:
+        source = build_cpu_image(config, tmp_path_factory, run_id)["tag"]
+        tag = f"sglx-test/bundle-cpu:{run_id}"
+        image_id = labelled_copy(source, tag)
+        folder = tmp_path_factory.mktemp("cpu-bundle") / "bundle"
+        created = sglx_json("bundle", "create", "--arch", "cpu", "--image", tag, "--out",
+                            str(folder), "--chunk-size", "1GiB")  # fmt: skip
+        value = {"path": str(folder), "tag": tag, "image_id": image_id, "created": created}
+        return Made(value, images=[tag], paths=[str(folder.parent)])
+
+    value: dict[str, Any] = once(config, "cpu_bundle", make)
+    return {**value, "path": Path(value["path"])}
+
+
+@pytest.fixture(scope="session")
+def cpu_base(docker: Any, run_id: str, pytestconfig: pytest.Config) -> str:
+    return build_cpu_base(pytestconfig, run_id)
+
+
 @pytest.fixture(scope="session")
 def cpu_wheelhouse(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config) -> Path:
-    """The cpu lock's wheels (3 GB), removed at the end of the run rather than left to
-    pytest's temp rotation."""
     return fetch_cpu_wheelhouse(pytestconfig, tmp_path_factory)
 
 
@@ -89,68 +154,25 @@ def build(*args: str) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="session")
-def cpu_image(run_id: str, request: pytest.FixtureRequest) -> dict[str, Any]:
-    """The cpu serving image, built once per run by `sglx image build` (demo model).
-    SGLX_TEST_CPU_IMAGE=REF reuses an image built from this tree instead (development only)."""
-    reused = os.environ.get("SGLX_TEST_CPU_IMAGE")
-    if reused:
-        return {"tag": reused, "payload_images_imported": []}
-
-    def make() -> Made:
-        # The wheel fetch (mostly download) runs beside the debootstrap (mostly dpkg).
-        with ThreadPoolExecutor(max_workers=1) as pool:
-            fetching = pool.submit(
-                fetch_cpu_wheelhouse, request.config, request.getfixturevalue("tmp_path_factory")
-            )
-            cpu_base = request.getfixturevalue("cpu_base")
-            cpu_wheelhouse = fetching.result()
-        tag = f"sglx-test/cpu:{run_id}"
-        data = build(
-            "--arch", "cpu", "--base", cpu_base, "--wheelhouse", str(cpu_wheelhouse), "--tag", tag
-        )
-        return Made(data, images=[tag, *data["payload_images_imported"]])
-
-    request.getfixturevalue("docker")
-    value: dict[str, Any] = once(request.config, "cpu_image", make)
-    return value
+def cpu_image(
+    docker: Any, run_id: str, tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config
+) -> dict[str, Any]:
+    return build_cpu_image(pytestconfig, tmp_path_factory, run_id)
 
 
-def labelled_copy(docker: Any, source: str, tag: str) -> str:
+def labelled_copy(source: str, tag: str) -> str:
     """`source` plus one label: a new image id over the same layers (removing it, without
     pruning parents, leaves `source` and its build cache alone)."""
     context = io.BytesIO(f"FROM {source}\nLABEL io.sglx.test.copy={tag}\n".encode())
-    image, _ = docker.images.build(fileobj=context, tag=tag, network_mode="none", rm=True)
+    image, _ = docker_client().images.build(fileobj=context, tag=tag, network_mode="none", rm=True)
     return str(image.id)
 
 
 @pytest.fixture(scope="session")
 def cpu_bundle(
-    docker: Any,
-    cpu_image: dict,
-    run_id: str,
-    tmp_path_factory: pytest.TempPathFactory,
-    pytestconfig: pytest.Config,
+    docker: Any, run_id: str, tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config
 ) -> dict[str, Any]:
-    """The bundle of a labelled copy of the cpu image, made once per run by `sglx bundle
-    create` with the image scan (1 GiB chunks): test_bundle_cpu round-trips it, the e2e test
-    rolls it out. `docker save` streams the full 6.4 GB archive either way."""
-    from sglx.cli import main
-
-    def make() -> Made:
-        tag = f"sglx-test/bundle-cpu:{run_id}"
-        image_id = labelled_copy(docker, cpu_image["tag"], tag)
-        folder = tmp_path_factory.mktemp("cpu-bundle") / "bundle"
-        out = io.StringIO()
-        with contextlib.redirect_stdout(out):
-            code = main(["bundle", "create", "--arch", "cpu", "--image", tag, "--out", str(folder),
-                         "--chunk-size", "1GiB", "--json", "-q"])  # fmt: skip
-        created = json.loads(out.getvalue())
-        assert code == 0, created
-        value = {"path": str(folder), "tag": tag, "image_id": image_id, "created": created["data"]}
-        return Made(value, images=[tag], paths=[str(folder.parent)])
-
-    value: dict[str, Any] = once(pytestconfig, "cpu_bundle", make)
-    return {**value, "path": Path(value["path"])}
+    return make_cpu_bundle(pytestconfig, tmp_path_factory, run_id)
 
 
 def free_port() -> int:
