@@ -27,10 +27,9 @@ from sglx.bundle.manifest import parse
 from sglx.bundle.verify import read_manifest_bytes
 from sglx.profile import load_profile
 from sglx.progress import Progress
-from sglx.scan.analysis import Target, analyze
-from sglx.scan.bundle import read_manifest, unpack_archive_image
+from sglx.scan.analysis import analyze
+from sglx.scan.bundle import archive_targets
 from sglx.scan.inventory import names_only
-from sglx.scan.layers import RootWriter
 from sglx.scan.result import build_result
 from sglx.scan.rules import Rules
 from sglx.util import scratch_dir
@@ -48,21 +47,10 @@ def scan_once(bundle: Path, rules: Rules, keep_names: Callable[[str], bool]) -> 
     progress = Progress("bench", quiet=True)
     started = time.monotonic()
     with scratch_dir("sglx-bench-unpack-") as scratch:
-        reports = []
-        for image in read_manifest(bundle / manifest.image.archive, chunks) or ():
-            writer = RootWriter(scratch / "root", progress, names_only=keep_names)
-            env = unpack_archive_image(image, writer, progress)
-            ldlp = env.get("LD_LIBRARY_PATH")
-            target = Target(
-                kind="image_archive",
-                label=image.label,
-                root=scratch / "root",
-                ld_library_path=(ldlp,) if ldlp else (),
-                placeholders=writer.placeholders,
-            )
-            reports.append(
-                analyze(target, rules, jobs=len(os.sched_getaffinity(0)), progress=progress)
-            )
+        archive = bundle / manifest.image.archive
+        targets = archive_targets(archive, chunks, scratch, progress, keep_names)
+        jobs = len(os.sched_getaffinity(0))
+        reports = [analyze(target, rules, jobs=jobs, progress=progress) for target in targets]
         result = build_result(reports, {"kind": "bundle", "path": str(bundle)})
     seconds = time.monotonic() - started
     data = result.envelope()["data"]

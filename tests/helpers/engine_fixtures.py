@@ -140,17 +140,8 @@ def cpu_wheelhouse(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytes
 
 
 def build(*args: str) -> dict[str, Any]:
-    """`sglx image build --json ARGS` in-process; its data, asserting it succeeded."""
-    from sglx.cli import main
-
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        code = main(["image", "build", "--json", "-q", *args])
-    envelope = json.loads(out.getvalue())
-    # Joined into one string: pytest shortens the repr of a list, which hid the engine's error.
-    assert code == 0, "\n".join(f"{e['code']}: {e['message']}" for e in envelope["errors"])
-    data: dict[str, Any] = envelope["data"]
-    return data
+    """`sglx image build ARGS`; its data, asserting it succeeded."""
+    return sglx_json("image", "build", *args)
 
 
 @pytest.fixture(scope="session")

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import tarfile
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,13 +85,18 @@ def bundle_targets(bundle: Path, scratch: Path, progress: Progress) -> list[Targ
 
 
 def archive_targets(
-    archive: Path, chunks: tuple[Path, ...], scratch: Path, progress: Progress
+    archive: Path,
+    chunks: tuple[Path, ...],
+    scratch: Path,
+    progress: Progress,
+    keep_names_only: Callable[[str], bool] = names_only,
 ) -> list[Target]:
-    """Unpack the images of a `docker save` archive (read from its chunks) into `scratch`."""
+    """Unpack the images of a `docker save` archive (read from its chunks) into `scratch`;
+    files `keep_names_only` picks are kept as names (see layers.RootWriter)."""
     targets: list[Target] = []
     for image in read_manifest(archive, chunks) or ():
         root = scratch / f"image-{len(targets)}"
-        writer = RootWriter(root, progress, names_only=names_only)
+        writer = RootWriter(root, progress, names_only=keep_names_only)
         env = unpack_archive_image(image, writer, progress)
         targets.append(
             Target(
