@@ -9,9 +9,10 @@ export VENV
 BIN := $(VENV)/bin
 SGLX := $(BIN)/sglx
 PYTEST_ARGS ?=
-# make test's pytest-xdist workers: one takes the cpu image chain and the e2e run, the other the
-# unit and the other engine tests (tests/conftest.py orders and groups them). 1: no workers.
-TEST_WORKERS ?= 2
+# make test's pytest-xdist workers. 1 (the default): none, the cpu image chain built in a thread
+# beside the unit tests; on two cores that is faster than two workers, whose engine work slows
+# each other's (tests/helpers/worker_schedule.py orders the run either way).
+TEST_WORKERS ?= 1
 BENCH ?= image
 
 .PHONY: help setup test e2e lint unit docs validate image prune bundle bench rollout check-hosts

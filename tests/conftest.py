@@ -15,7 +15,7 @@ from sglx.cli import main
 REPO = Path(__file__).resolve().parents[1]
 
 # The engine fixtures (cpu base, wheelhouse, image and bundle: built once per run), and how
-# `make test` splits the run between its xdist workers.
+# `make test` orders the run (alone or between xdist workers).
 pytest_plugins = ["helpers.engine_fixtures", "helpers.worker_schedule"]
 
 

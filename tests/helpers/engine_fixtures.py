@@ -2,8 +2,8 @@
 suite by tests/conftest.py (a conftest that imports them from another would register them a
 second time: each session fixture, the cpu image build included, would then run twice).
 
-The cpu base, wheelhouse, image and bundle are built once per run, whichever xdist worker
-asks first (helpers/run_shared.py), and removed when the run ends. Everything created
+The cpu base, wheelhouse, image and bundle are built once per run, by whichever process or
+thread asks first (helpers/run_shared.py), and removed when the run ends. Everything created
 carries the run's id. Their builders are plain functions as well, so that the e2e test can
 start the chain in a thread and configure its hosts meanwhile; they run sglx as a child
 process for that reason.

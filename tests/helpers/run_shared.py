@@ -1,11 +1,12 @@
 """What the test processes of one run share: resources built once, and their cleanup.
 
-`make test` runs the suite in two pytest-xdist workers. A session fixture runs once per
-worker, so the cpu base, wheelhouse, image and bundle (eleven minutes of building, 20 GB)
-would be built twice. Instead the first worker that needs one builds it under a file lock in
-the run's shared folder and records it there; the other worker reads the record. A build
-that failed is recorded too, so the other worker fails at once with its reason instead of
-building it again.
+A session fixture runs once per process, and `make test TEST_WORKERS=2` runs the suite in two
+pytest-xdist workers, while a run alone builds the cpu chain in a thread beside its tests: the
+cpu base, wheelhouse, image and bundle (eight minutes of building, 20 GB) would be built twice.
+Instead the first process or thread that needs one builds it under a file lock in the run's
+shared folder and records it there; the others wait on the lock and read the record. A build
+that failed is recorded too, so the others fail at once with its reason instead of building it
+again.
 
 Nothing recorded is removed by a worker: the other one may still use it. The process that
 started the run (xdist's controller, or pytest itself without workers) removes every

@@ -1,11 +1,19 @@
-"""How `make test` splits the run between its two pytest-xdist workers (`--dist loadfile`).
+"""How `make test` orders the run, alone (the default) or split between pytest-xdist workers.
 
-A worker takes whole files, so that a module's fixtures are built once, on one worker. Files
-that share a state of the one Docker engine with another file are one unit, run in one worker
-in collection order (`SHARED`). The files start in an order that keeps both workers busy
-(`start_order`), and the worker that does not run the e2e module yields the CPU to the one that
-does (`YIELDING_NICENESS`): the e2e chain is the run's longest path, and two cores are all
-there is.
+Alone (`TEST_WORKERS=1`): the cpu chain (base, wheels, image, bundle: about eight minutes, on
+one core mostly) is built in a thread from the run's start (`_cpu_chain_ahead`), and the unit
+tests take the other core meanwhile; then the e2e module (its hosts need only the base, its
+rollout waits for the bundle), the engine tests that need no cpu image, and the tests of the
+cpu image last. On this project's two-core machines that is the faster way: two workers took
+45 to 49 minutes of CI, one took 32 (31 of them pytest) before its chain moved beside the
+unit tests: each worker's engine work (builds, saves, servers) slowed the other's more than
+the second worker added.
+
+With workers (`TEST_WORKERS=2`, `--dist loadfile`): a worker takes whole files, so that a
+module's fixtures are built once, on one worker. Files that share a state of the one Docker
+engine with another file are one unit, run in one worker in collection order (`SHARED`). The
+e2e module starts first, and the worker that does not run it yields the CPU to the one that
+does (`YIELDING_NICENESS`).
 
 xdist's own grouping (`--dist loadgroup` and the `xdist_group` mark) is not used: with pytest
 9.2 it finds no group (xdist 3.8 writes the group into `Item._nodeid`, which pytest 9.2 no
@@ -15,6 +23,8 @@ longer reads), so the tests of one module went to both workers.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -51,26 +61,62 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     return SharedFileScheduling(config, log)
 
 
-def start_order(item: pytest.Item) -> int:
-    """The e2e module first: it waits longest on its chain (cpu base, wheels, image, bundle:
-    11 minutes) and runs longest after it. The unit tests meanwhile on the other worker, then
-    the engine tests that need no cpu image, and the tests of the cpu image last, when it is
-    built."""
+def _uses_cpu_image(item: pytest.Item) -> bool:
+    return bool({"cpu_image", "cpu_bundle"} & set(item.fixturenames))
+
+
+def start_order(item: pytest.Item, *, workers: bool) -> int:
+    """Alone: the unit tests first (beside the chain's thread), the e2e module, the engine
+    tests that need no cpu image, the tests of the cpu image last. With workers: the e2e
+    module first (it waits longest on the chain and runs longest after it), the unit tests
+    meanwhile on the other worker, then the same engine tests as alone."""
     parts = item.path.parts
     if "e2e" in parts:
-        return 0
+        return 0 if workers else 1
     if "unit" in parts:
-        return 1
-    return 3 if {"cpu_image", "cpu_bundle"} & set(item.fixturenames) else 2
+        return 1 if workers else 0
+    return 3 if _uses_cpu_image(item) else 2
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The files in start order (a file's rank: its latest test's), each keeping its place
-    among its equals. The workers send this order to xdist, which hands out files in it."""
+    among its equals. With workers, each sends this order to xdist, which hands out files
+    in it."""
+    workers = hasattr(config, "workerinput")
     rank: dict[Path, int] = {}
     for item in items:
-        rank[item.path] = max(rank.get(item.path, 0), start_order(item))
+        rank[item.path] = max(rank.get(item.path, 0), start_order(item, workers=workers))
     items.sort(key=lambda item: rank[item.path])
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _cpu_chain_ahead(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Alone, a run that will need the cpu bundle builds its chain in a thread from its first
+    test: the chain works one core mostly, and the unit tests that run first take the other.
+    The fixtures that need a part of it wait for that part (run_shared.once's lock); a part
+    that failed fails them with its reason."""
+    items = request.session.items
+    if hasattr(request.config, "workerinput") or not any(
+        _uses_cpu_image(item) or "e2e" in item.path.parts for item in items
+    ):
+        yield
+        return
+    from helpers.engine_fixtures import make_cpu_bundle
+
+    try:
+        request.getfixturevalue("docker")  # notes the engine's images before the chain adds any
+    except Exception:  # no engine: the engine tests fail with its error, the others run
+        yield
+        return
+    arguments = (
+        request.config,
+        request.getfixturevalue("tmp_path_factory"),
+        request.getfixturevalue("run_id"),
+    )
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="cpu-chain") as pool:
+        ahead = pool.submit(make_cpu_bundle, *arguments)
+        yield
+        ahead.exception()  # waited for; a failure was reported by the tests that needed it
 
 
 _first_test_seen = False
@@ -85,5 +131,5 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     if _first_test_seen or not hasattr(item.config, "workerinput"):
         return
     _first_test_seen = True
-    if start_order(item) != 0:
+    if start_order(item, workers=True) != 0:
         os.nice(YIELDING_NICENESS)
