@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import child_env
 from helpers.run_shared import clean_up
 
 from sglx.cli import main
@@ -29,6 +30,10 @@ def run_id(testrun_uid: str) -> str:
     """Unique per test run and the same in every xdist worker: names of containers, images
     and networks carry it."""
     return testrun_uid[:10]
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    child_env.freeze(session.config)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

@@ -24,10 +24,12 @@ from typing import Any
 
 import pytest
 
+from helpers.child_env import child_environment
 from helpers.run_shared import Made, note_engine_images, once
 from sglx.engine import docker_client
 
 SGLX = str(Path(sys.executable).parent / "sglx")
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="session")
@@ -44,9 +46,12 @@ def docker(pytestconfig: pytest.Config) -> Any:
 
 def sglx_json(*argv: str) -> dict[str, Any]:
     """`sglx ARGV --json -q` as a child process (safe in a thread, unlike the CLI in-process,
-    which swaps sys.stdout); its data, asserting it succeeded."""
+    which swaps sys.stdout), with the suite's fixed environment and folder, never what a test
+    running meanwhile patched (helpers/child_env.py); its data, asserting it succeeded."""
     command = [SGLX, *argv, "--json", "-q"]
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        command, capture_output=True, text=True, check=False, env=child_environment(), cwd=REPO
+    )
     try:
         envelope = json.loads(done.stdout)
     except json.JSONDecodeError:

@@ -15,6 +15,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from helpers.child_env import child_environment
+
 # What a test host is built from, on top of the debootstrapped Debian base.
 DOCKERFILE = """FROM {base}
 RUN apt-get update -qq \\
@@ -52,7 +54,15 @@ _RECAP = re.compile(
 
 
 def sh(*argv: str, check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+    """`argv` with the suite's fixed environment (it runs from threads too: child_env.py)."""
+    done = subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        env=child_environment(),
+    )
     if check and done.returncode != 0:
         raise AssertionError(f"{argv} failed ({done.returncode}): {done.stdout}{done.stderr}")
     return done

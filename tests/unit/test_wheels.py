@@ -38,9 +38,52 @@ def test_every_committed_lock_matches_its_profile() -> None:
 def test_the_cpu_lock_is_exactly_what_the_resolver_produces(
     sglx: Callable[..., tuple[int, str, str]],
 ) -> None:
+    """Reproducible on any day: --check resolves with the upload cutoff the lock records, so
+    what was uploaded since (a newer httpx, say) cannot make it fail."""
     code, out, _ = sglx("wheels", "lock", "--arch", "cpu", "--check", "-q")
     assert code == 0, out
     assert "up to date" in out
+
+
+def test_every_lock_records_the_upload_cutoff_it_was_resolved_with() -> None:
+    for arch in known_arches():
+        cutoff = load_lock(load_profile(arch)).header.get(lockfile.UPLOADED_PRIOR_TO)
+        assert isinstance(cutoff, str), arch
+        assert lockfile.upload_cutoff(cutoff, what="the cutoff") == cutoff, arch
+
+
+def test_a_lock_without_a_cutoff_is_a_finding_not_a_resolution(
+    images: Path, sglx: Callable[..., tuple[int, str, str]]
+) -> None:
+    path = images.parent / "bundles" / "locks" / "cpu.txt"
+    unpinned = path.read_text().replace(f', "{lockfile.UPLOADED_PRIOR_TO}": ', ', "_": ')
+    path.write_text(unpinned)
+    code, out, err = sglx("wheels", "lock", "--arch", "cpu", "--check")
+    assert code == 1, out + err
+    assert "records no uploaded_prior_to cutoff" in out + err
+    assert path.read_text() == unpinned  # --check writes nothing
+    assert "sglx wheels lock --arch cpu" in out + err
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["--uploaded-prior-to", "last tuesday"], "'last tuesday' is not an ISO 8601 time"),
+        (["--drift"], "--drift needs --check"),
+    ],
+)
+def test_lock_usage_errors_name_the_fix(
+    sglx: Callable[..., tuple[int, str, str]], argv: list[str], said: str
+) -> None:
+    code, out, err = sglx("wheels", "lock", "--arch", "cpu", *argv)
+    assert code == 2, out + err
+    assert said in err
+    assert "Traceback" not in err
+
+
+def test_cutoffs_are_normalised_to_utc_seconds() -> None:
+    assert lockfile.upload_cutoff("2026-11-26T16:00:00+01:00", what="x") == "2026-11-26T15:00:00Z"
+    assert lockfile.upload_cutoff("2026-11-26", what="x") == "2026-11-26T00:00:00Z"
 
 
 def test_vendor_locks_leave_the_bases_torch_alone() -> None:
@@ -74,7 +117,12 @@ def test_a_requirement_the_base_provides_is_refused(images: Path) -> None:
 
     edit_yaml(images / "gfx942" / "arch.yaml", {"python": {"requirements": {"torch": ""}}})
     with pytest.raises(SglxError) as caught:
-        resolve(load_profile("gfx942"), find_links=[], progress=QUIET)
+        resolve(
+            load_profile("gfx942"),
+            find_links=[],
+            uploaded_prior_to=lockfile.now_cutoff(),
+            progress=QUIET,
+        )
     assert caught.value.code == "lock_replaces_base"
     assert "never replace the base's packages" in caught.value.message
 

@@ -17,6 +17,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,8 @@ from sglx.profile.loader import NAME_PATTERN
 from sglx.wheels.target import target_of
 
 HEADER_KEY = "# sglx-lock: "
+UPLOADED_PRIOR_TO = "uploaded_prior_to"
+"""The header key of the index cutoff the lock was resolved with (see `upload_cutoff`)."""
 _HEADER_NAME = "sglx-lock"
 _REQUIRED_HEADER_KEYS = ("arch", "inputs")
 _ENTRY = re.compile(r"^([A-Za-z0-9._-]+)==(\S+) \\$")
@@ -56,6 +59,27 @@ class Lock:
 
     def names(self) -> set[str]:
         return {canonical(w.name) for w in self.wheels}
+
+
+def upload_cutoff(text: str, *, what: str) -> str:
+    """`text` (an ISO 8601 time; UTC when no zone is given) as the lock's cutoff form,
+    `YYYY-MM-DDTHH:MM:SSZ`; a usage error naming `what` otherwise."""
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise SglxError(
+            f"{what} {text!r} is not an ISO 8601 time",
+            hint="give it as YYYY-MM-DDTHH:MM:SSZ, e.g. 2026-11-20T00:00:00Z",
+            code="usage",
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def now_cutoff() -> str:
+    """This second, in the lock's cutoff form: a new lock takes what the index holds now."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def canonical(name: str) -> str:

@@ -23,13 +23,18 @@ from sglx.errors import SglxError
 from sglx.profile import Profile
 from sglx.progress import Progress
 from sglx.util import scratch_dir
-from sglx.wheels.lockfile import Lock, Wheel, canonical, inputs_digest
+from sglx.wheels.lockfile import UPLOADED_PRIOR_TO, Lock, Wheel, canonical, inputs_digest
 from sglx.wheels.target import Target, target_of
 
 PIP_TIMEOUT_S = 1800
 
 
-def resolve(profile: Profile, *, find_links: Sequence[Path], progress: Progress) -> Lock:
+def resolve(
+    profile: Profile, *, find_links: Sequence[Path], uploaded_prior_to: str, progress: Progress
+) -> Lock:
+    """The lock of `profile`, resolved from what the index held before `uploaded_prior_to` (an
+    ISO 8601 UTC time, recorded in the lock's header): the same inputs and cutoff resolve to
+    the same lock on any later day, whatever was uploaded since."""
     target = target_of(profile)
     provided = {canonical(n) for n in profile.base.provides}
     requirements = {canonical(n): spec for n, spec in profile.python.requirements.items()}
@@ -54,11 +59,14 @@ def resolve(profile: Profile, *, find_links: Sequence[Path], progress: Progress)
         )
     with_deps = [f"{n}{s}" for n, s in sorted(requirements.items()) if n not in no_deps]
     without = [f"{n}{s}" for n, s in sorted(requirements.items()) if n in no_deps]
-    progress(f"resolving {len(with_deps)} requirements for {target.describe()}")
-    resolved = _pip_report(with_deps, target, find_links, no_deps=False)
+    progress(
+        f"resolving {len(with_deps)} requirements for {target.describe()}, from uploads "
+        f"before {uploaded_prior_to}"
+    )
+    resolved = _pip_report(with_deps, target, find_links, uploaded_prior_to, no_deps=False)
     if without:
         progress(f"pinning {', '.join(without)} without their declared dependencies")
-        resolved += _pip_report(without, target, find_links, no_deps=True)
+        resolved += _pip_report(without, target, find_links, uploaded_prior_to, no_deps=True)
     kept = _prune(resolved, roots=set(requirements), provided=provided, target=target)
     wheels = tuple(sorted((_wheel(item) for item in kept), key=lambda w: canonical(w.name)))
     inputs = inputs_digest(profile)
@@ -68,13 +76,19 @@ def resolve(profile: Profile, *, find_links: Sequence[Path], progress: Progress)
         "python": target.python_version,
         "platforms": list(target.platforms),
         "sglang": "pinned" if "sglang" in {canonical(w.name) for w in wheels} else "unpinned",
+        UPLOADED_PRIOR_TO: uploaded_prior_to,
         "wheels": len(wheels),
     }
     return Lock(profile.arch, inputs, header, wheels, tuple(notes))
 
 
 def _pip_report(
-    requirements: list[str], target: Target, find_links: Sequence[Path], *, no_deps: bool
+    requirements: list[str],
+    target: Target,
+    find_links: Sequence[Path],
+    uploaded_prior_to: str,
+    *,
+    no_deps: bool,
 ) -> list[dict[str, Any]]:
     with scratch_dir("sglx-lock-") as scratch:
         report = scratch / "report.json"
@@ -91,6 +105,10 @@ def _pip_report(
             str(report),
             "--target",
             str(scratch / "target"),
+            # pip 26's upload-time cutoff (PEP 700's upload-time in the index's JSON API);
+            # files without one (a --find-links folder) are not excluded by it.
+            "--uploaded-prior-to",
+            uploaded_prior_to,
             *target.pip_args(),
         ]
         argv += ["--no-deps"] if no_deps else []

@@ -51,15 +51,35 @@ def load_lock(profile: Profile) -> lockfile.Lock:
     return lock
 
 
-def lock(profile: Profile, find_links: Sequence[Path], check: bool, progress: Progress) -> Result:
+def lock(
+    profile: Profile,
+    find_links: Sequence[Path],
+    check: bool,
+    progress: Progress,
+    *,
+    uploaded_prior_to: str | None = None,
+    drift: bool = False,
+) -> Result:
+    """Write the arch's lock, resolved from the index as it was at `uploaded_prior_to` (default:
+    now). `check` resolves again with the cutoff the committed lock records and compares: the
+    same answer on any day. `drift` (with `check`) also resolves against today's index and lists
+    what a new lock would change, as information only."""
     path = lock_path(profile.arch)
-    new = resolve(profile, find_links=find_links, progress=progress)
+    committed = lockfile.parse(path) if check and path.exists() else None
+    cutoff = uploaded_prior_to or (
+        committed.header.get(lockfile.UPLOADED_PRIOR_TO) if committed else None
+    )
+    if check and committed is not None and not isinstance(cutoff, str):
+        return _unpinned_lock(profile, path)
+    cutoff = lockfile.upload_cutoff(cutoff, what="the cutoff") if cutoff else lockfile.now_cutoff()
+    new = resolve(profile, find_links=find_links, uploaded_prior_to=cutoff, progress=progress)
     text = lockfile.render(new, f"images/{profile.arch}/arch.yaml")
-    data = {
+    data: dict[str, object] = {
         "lock": str(path),
         "wheels": len(new.wheels),
         "digest": new.digest,
         "sglang": new.header["sglang"],
+        lockfile.UPLOADED_PRIOR_TO: cutoff,
         "notes": list(new.notes),
     }
     if check:
@@ -70,17 +90,26 @@ def lock(profile: Profile, find_links: Sequence[Path], check: bool, progress: Pr
             else (
                 Finding(
                     "lock_stale",
-                    f"{display_path(path)} differs from a fresh resolution",
+                    f"{display_path(path)} differs from a fresh resolution of its inputs with "
+                    f"uploads before {cutoff}",
                     hint=f"sglx wheels lock --arch {profile.arch}",
                 ),
             )
         )
-        return Result(
-            ("wheels", "lock"),
-            data=data,
-            findings=findings,
-            lines=(f"{display_path(path)}: {'up to date' if not findings else 'stale'}",),
-        )
+        lines = [f"{display_path(path)}: {'up to date' if not findings else 'stale'}"]
+        if drift:
+            newer = _drift(profile, find_links, new, progress)
+            data["drift"] = newer
+            lines += (
+                [
+                    f"information: today's index would change {len(newer)} wheel(s) (a new lock "
+                    "takes them; this lock stays valid):",
+                    *(f"  {name}: {was} -> {now}" for name, was, now in newer),
+                ]
+                if newer
+                else ["information: today's index resolves to the same wheels"]
+            )
+        return Result(("wheels", "lock"), data=data, findings=findings, lines=tuple(lines))
     atomic_write_text(path, text)
     rows = tuple((w.name, w.version, w.filename) for w in new.wheels)
     return Result(
@@ -90,11 +119,43 @@ def lock(profile: Profile, find_links: Sequence[Path], check: bool, progress: Pr
             Table(
                 ("package", "version", "wheel"),
                 rows,
-                title=f"{display_path(path)}: {len(rows)} wheels",
+                title=f"{display_path(path)}: {len(rows)} wheels, uploads before {cutoff}",
             ),
         ),
         lines=tuple(f"note: {n}" for n in new.notes),
     )
+
+
+def _unpinned_lock(profile: Profile, path: Path) -> Result:
+    return Result(
+        ("wheels", "lock"),
+        data={"lock": str(path)},
+        findings=(
+            Finding(
+                "lock_unpinned",
+                f"{display_path(path)} records no {lockfile.UPLOADED_PRIOR_TO} cutoff, so no "
+                "later resolution can reproduce it",
+                hint=f"regenerate it: sglx wheels lock --arch {profile.arch}",
+            ),
+        ),
+    )
+
+
+def _drift(
+    profile: Profile, find_links: Sequence[Path], locked: lockfile.Lock, progress: Progress
+) -> list[tuple[str, str, str]]:
+    """(name, locked version, today's version) for each wheel a resolution now would change;
+    '-' stands for absent."""
+    today = resolve(
+        profile, find_links=find_links, uploaded_prior_to=lockfile.now_cutoff(), progress=progress
+    )
+    was = {lockfile.canonical(w.name): w.version for w in locked.wheels}
+    now = {lockfile.canonical(w.name): w.version for w in today.wheels}
+    return [
+        (name, was.get(name, "-"), now.get(name, "-"))
+        for name in sorted(was.keys() | now.keys())
+        if was.get(name) != now.get(name)
+    ]
 
 
 def fetch(profile: Profile, dest: Path | None, progress: Progress) -> Result:
