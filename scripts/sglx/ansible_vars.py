@@ -174,12 +174,5 @@ def ansible_vars(arch: str, out: Path | None, check: bool) -> Result:
                 ),
             ),
         )
-    if out.is_dir():
-        raise SglxError(
-            f"--out {out} is a folder",
-            hint=f"name the file to write, e.g. {out / VARS_FILE}",
-            code="usage",
-            path=str(out),
-        )
-    atomic_write_text(out, text)
+    atomic_write_text(out, text, label="--out")  # a regular file or a new path, nothing else
     return Result(command, data=data, lines=(f"wrote {out}",))

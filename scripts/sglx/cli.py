@@ -10,9 +10,12 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from types import FrameType
 
 from sglx import __version__
 from sglx.errors import SglxError
@@ -37,6 +40,29 @@ EPILOG = (
 
 def _default_arch() -> str:
     return os.environ.get("ARCH", "cpu")
+
+
+MAX_WORKERS = 64
+
+
+def _workers(text: str) -> int:
+    """The type of every --jobs and --workers option: a whole number from 1 to MAX_WORKERS.
+
+    The limit is fixed rather than a multiple of os.cpu_count(), so that a command line that
+    works on the build host works on the control node. 64 is past the point of any gain: the
+    threads and processes these options start hash files, read ELF headers or hold one SSH
+    session per host, and disks and links saturate well before 64 streams, while 300 forked
+    workers (issue 21) only cost memory and file descriptors. Defaults stay within it too.
+    """
+    try:
+        count = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a whole number (give 1 to {MAX_WORKERS})"
+        ) from None
+    if not 1 <= count <= MAX_WORKERS:
+        raise argparse.ArgumentTypeError(f"{count} is out of range: give 1 to {MAX_WORKERS}")
+    return count
 
 
 # --------------------------------------------------------------------------------------------
@@ -305,7 +331,9 @@ def _add_weights(
         help="re-shard into files of at most SIZE (e.g. 5GB, 500MB, 2GiB); default: keep the "
         "source's shards",
     )
-    p.add_argument("--jobs", type=int, metavar="N", help="conversion threads (default: up to 4)")
+    p.add_argument(
+        "--jobs", type=_workers, metavar="N", help="conversion threads (default: up to 4)"
+    )
     p.set_defaults(func=_cmd_weights_convert)
 
     p = verbs.add_parser(
@@ -317,7 +345,7 @@ def _add_weights(
         "tensors. Exit 1 on any difference.",
     )
     p.add_argument("dst", type=Path, metavar="DST", help="converted model folder")
-    p.add_argument("--jobs", type=int, metavar="N", help="hashing threads (default: up to 4)")
+    p.add_argument("--jobs", type=_workers, metavar="N", help="hashing threads (default: up to 4)")
     p.set_defaults(func=_cmd_weights_verify)
 
     p = verbs.add_parser(
@@ -427,9 +455,10 @@ def _add_scan(
     )
     p.add_argument(
         "--jobs",
-        type=int,
+        type=_workers,
         metavar="N",
-        help="processes reading ELF headers (default: the CPUs this process may use)",
+        help=f"processes reading ELF headers (default: the CPUs this process may use, at most "
+        f"{MAX_WORKERS})",
     )
     p.set_defaults(func=_cmd_scan)
 
@@ -450,14 +479,12 @@ def _cmd_scan(args: argparse.Namespace) -> Result:
             hint="e.g. `sglx scan --image sglx/cpu:latest --arch cpu`",
             code="usage",
         )
-    if args.jobs is not None and args.jobs < 1:
-        raise SglxError(f"--jobs {args.jobs}: must be 1 or more", code="usage")
     rules = Rules()
     if args.arch is not None:
         from sglx.profile import load_profile
 
         rules = Rules.from_profile(load_profile(args.arch))
-    jobs = args.jobs or default_jobs()
+    jobs = args.jobs or min(default_jobs(), MAX_WORKERS)
     progress = Progress("scan", quiet=args.quiet)
     if args.image is not None:
         return scan_image(args.image, rules=rules, jobs=jobs, progress=progress)
@@ -492,7 +519,10 @@ def _add_wheels(
         help="resolve the profile's requirements into bundles/locks/<arch>.txt",
         description="Resolve python.requirements with pip's resolver for the image's Python and "
         "glibc (never this machine's), leave out what the base provides, and write the lock "
-        "with hashes. --check only compares (exit 1 when stale).",
+        "with hashes. The lock records the index cutoff it was resolved with "
+        "(--uploaded-prior-to, default now), so --check, which resolves again with that cutoff "
+        "and compares, gives the same answer on any later day (exit 1 when stale); --drift "
+        "lists what today's index would change, as information.",
     )
     p.add_argument(
         "--find-links",
@@ -503,6 +533,17 @@ def _add_wheels(
         help="extra wheel folder (e.g. the sglang wheel built from source)",
     )
     p.add_argument("--check", action="store_true", help="compare with the committed lock only")
+    p.add_argument(
+        "--uploaded-prior-to",
+        metavar="TIME",
+        help="resolve from what the index held before TIME (ISO 8601, UTC; default: now, or "
+        "with --check the lock's own cutoff)",
+    )
+    p.add_argument(
+        "--drift",
+        action="store_true",
+        help="with --check: also list what a resolution against today's index would change",
+    )
     p.set_defaults(func=_cmd_wheels_lock)
 
     p = verbs.add_parser(
@@ -536,11 +577,17 @@ def _cmd_wheels_lock(args: argparse.Namespace) -> Result:
     from sglx.progress import Progress
     from sglx.wheels.steps import lock
 
+    if args.drift and not args.check:
+        raise SglxError(
+            "--drift needs --check", hint="sglx wheels lock --check --drift", code="usage"
+        )
     return lock(
         load_profile(args.arch),
         args.find_links,
         args.check,
         Progress("wheels lock", quiet=args.quiet),
+        uploaded_prior_to=args.uploaded_prior_to,
+        drift=args.drift,
     )
 
 
@@ -728,7 +775,12 @@ def _add_bundle(
     signing.add_argument(
         "--require-signature", action="store_true", help="refuse an unsigned bundle"
     )
-    signing.add_argument("--jobs", type=int, metavar="N", help="hashing threads (default: CPUs)")
+    signing.add_argument(
+        "--jobs",
+        type=_workers,
+        metavar="N",
+        help=f"hashing threads (default: the CPUs, at most {MAX_WORKERS})",
+    )
 
     p = verbs.add_parser(
         "verify",
@@ -766,9 +818,7 @@ def _add_bundle(
 def _bundle_jobs(args: argparse.Namespace) -> int:
     from sglx.bundle.hashing import default_jobs
 
-    if args.jobs is not None and args.jobs < 1:
-        raise SglxError(f"--jobs {args.jobs}: must be 1 or more", code="usage")
-    return int(args.jobs or default_jobs())
+    return int(args.jobs or min(default_jobs(), MAX_WORKERS))
 
 
 def _cmd_bundle_create(args: argparse.Namespace) -> Result:
@@ -891,7 +941,9 @@ def _add_hosts(
     p.add_argument("--arch", help="arch profile (default: each host's sglx_arch)")
     p.add_argument("--bundle", type=Path, help="bundle folder (its size and digest)")
     p.add_argument("--junitxml", type=Path, metavar="FILE", help="also write the JUnit report")
-    p.add_argument("--workers", type=int, help="parallel workers (default: one per host, <=16)")
+    p.add_argument(
+        "--workers", type=_workers, help="parallel workers (default: one per host, <=16)"
+    )
     p.add_argument(
         "--no-sudo", dest="sudo", action="store_false", help="run as the SSH user (already root)"
     )
@@ -974,6 +1026,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     as_json, debug = early_flags(argv)
     command: list[str] = []
+    restore_sigterm = _sigterm_as_interrupt()
     try:
         args = build_parser().parse_args(argv)
         as_json, debug = args.json, debug or args.debug or args.verbose > 0
@@ -1000,6 +1053,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         return report_broken_pipe()
     except Exception as exc:  # the last line of defence: one message, no traceback
         return report_unexpected(exc, command, as_json=as_json, debug=debug)
+    finally:
+        restore_sigterm()
+
+
+def _sigterm_as_interrupt() -> Callable[[], None]:
+    """Make SIGTERM (what `docker stop`, systemd and CI send) take Ctrl-C's path while a
+    command runs: KeyboardInterrupt, so every `finally` cleans up as it does for SIGINT
+    (scratch roots, export containers, the unpacked copy of a bundle tar) and the run ends with
+    "interrupted", exit 2. Returns what puts the previous handler back. Only the main thread
+    may set handlers; elsewhere nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+
+    def restore() -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+
+    return restore
+
+
+def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ from typing import Any
 
 import pytest
 import yaml
+from helpers.child_env import child_environment
 from helpers.engine_fixtures import build_cpu_image, free_port, make_cpu_bundle
 from helpers.run_shared import shared_folder
 from helpers.server import http
@@ -94,10 +95,10 @@ class Fleet:
             text=True,
             timeout=1200,
             check=False,
-            env={**os.environ, "ANSIBLE_CONFIG": str(ANSIBLE / "ansible.cfg"),
-                 "ANSIBLE_NOCOLOR": "1",
-                 # one line per message, so the test can match whole sentences
-                 "ANSIBLE_CALLBACK_RESULT_FORMAT": "json"},
+            env=child_environment(ANSIBLE_CONFIG=str(ANSIBLE / "ansible.cfg"),
+                                  ANSIBLE_NOCOLOR="1",
+                                  # one line per message, so the test can match whole sentences
+                                  ANSIBLE_CALLBACK_RESULT_FORMAT="json"),
         )  # fmt: skip
         log = self.work / f"{Path(playbook).stem}-{len(list(self.work.glob('*.log')))}.log"
         log.write_text(done.stdout + done.stderr)  # kept for reading a failure in full
@@ -112,7 +113,7 @@ class Fleet:
         done = subprocess.run(
             [str(BIN / "sglx"), "hosts", "check", "-i", str(inventory), "--mode", mode,
              "--junitxml", str(junit), "--json", *extra],
-            capture_output=True, text=True, timeout=600, check=False,
+            capture_output=True, text=True, timeout=600, check=False, env=child_environment(),
         )  # fmt: skip
         envelope = json.loads(done.stdout)
         envelope["junit"] = junit
@@ -245,6 +246,25 @@ def running_image(host: SshHost) -> str:
     ).stdout.strip()
 
 
+# A server argument that a naive unit would split, unquote or expand (`%h`, `$HOME`); inert
+# (sglang reads --download-dir only to fetch a model from a hub). Issue 21, item 3.
+ODD_ARG = "/tmp/sglx e2e %h $HOME \"dq\" 'sq' back\\slash ;"
+_ARGV_PROBE = (
+    "import json, os\n"
+    "for pid in filter(str.isdigit, os.listdir('/proc')):\n"
+    "    argv = open(f'/proc/{pid}/cmdline', 'rb').read().split(b'\\0')[:-1]\n"
+    "    if b'sglang.launch_server' in argv:\n"
+    "        print(json.dumps([a.decode() for a in argv]))\n"
+    "        break\n"
+)
+
+
+def server_argv(host: SshHost) -> list[str]:
+    """The sglang server process's argv, read from /proc in its container."""
+    out = sh("docker", "exec", host.container + "-server", "python3", "-c", _ARGV_PROBE).stdout
+    return list(json.loads(out))
+
+
 def test_site_configures_hosts_idempotently(fleet: Fleet) -> None:
     a, b = fleet.hosts
     site_inv = fleet.inventory("site", "gfx942", {})
@@ -313,7 +333,8 @@ def test_rollout_serves_on_both_hosts_idempotently(
     fleet.state["v1"], fleet.state["v1_id"] = v1, cpu_bundle["image_id"]
     # In the site, before the rollout (test_bundle_cpu verifies it with the scan re-run).
     sh(str(BIN / "sglx"), "bundle", "verify", str(v1), "--no-scan", "-q")
-    roll_inv = fleet.inventory("roll", "cpu", {})
+    odd = {"sglang_service_args": ["--download-dir", ODD_ARG]}
+    roll_inv = fleet.inventory("roll", "cpu", {a.name: odd, b.name: odd})
     # Both hosts in one batch (sglx_rollout_serial=2), here and in the re-runs and repairs:
     # what the serial default guards, a failing host stopping the next batch, is tested by the
     # upgrade below.
@@ -322,6 +343,9 @@ def test_rollout_serves_on_both_hosts_idempotently(
     for host in (a, b):
         assert served(fleet, host)
         assert running_image(host) == fleet.state["v1_id"]
+        argv = server_argv(host)  # the odd argument arrives as one word, nothing expanded
+        assert argv[argv.index("--download-dir") + 1 :][:1] == [ODD_ARG], argv
+        assert argv.count("--download-dir") == 1, argv
         log = host.exec("cat /var/lib/sglx/bundles/*.log")
         assert "all files match" in log  # install.sh verified every file on this host
         # The shared engine had the image already, so neither host loaded it again.

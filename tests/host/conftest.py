@@ -17,6 +17,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from facts import HostFacts, host_facts
+from probes import connection_problem
 
 MODES = ("preflight", "acceptance")
 
@@ -49,6 +50,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = keep
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _connected(host: Any, request: pytest.FixtureRequest) -> None:
+    """Every check runs commands on its host. When none can run (unreachable, no sudo), the
+    `connection` check fails once for that host and its other checks are skipped, not each
+    failed with the same SSH error."""
+    if request.module.__name__ != "test_connection" and connection_problem(host) is not None:
+        pytest.skip("not checked: no command runs on this host (see connection)")
 
 
 @pytest.fixture(scope="module")

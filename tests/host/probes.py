@@ -55,6 +55,67 @@ def problem(what: str, fix: str) -> NoReturn:
     pytest.fail(f"{what}. Fix: {fix}", pytrace=False)
 
 
+_CONNECTIONS: dict[str, tuple[str, str] | None] = {}
+_SSH_CONNECT = re.compile(r"^(?:ssh: )?connect to host \S+ port \d+: ")
+
+
+def connection_problem(host: Any) -> tuple[str, str] | None:
+    """Why no command runs on `host` (what is wrong, the fix), or None when one does.
+
+    Asked once per host and worker: the `connection` check reports it, and every other check
+    of that host is skipped on it (conftest.py), so an unreachable host is one finding."""
+    key = host.backend.get_pytest_id()
+    if key not in _CONNECTIONS:
+        _CONNECTIONS[key] = _probe_connection(host)
+    return _CONNECTIONS[key]
+
+
+def _probe_connection(host: Any) -> tuple[str, str] | None:
+    try:
+        done = host.run("true")
+    except RuntimeError as exc:  # testinfra's SSH backend: ssh itself failed (exit 255)
+        stderr = getattr(exc.args[0], "stderr", "") if exc.args else ""
+        at = _ssh_address(host)
+        return (
+            f"unreachable over SSH at {at}: {_last_words(stderr or str(exc))}",
+            f"check that the host is up and that sshd at {at} accepts the inventory's user and "
+            "key (ansible_host, ansible_port, ansible_user)",
+        )
+    if done.rc == 0:
+        return None
+    as_root = " as root (sudo)" if getattr(host.backend, "sudo", False) else ""
+    return (
+        f"commands fail{as_root}: exit {done.rc}: {_last_words(done.stderr or done.stdout)}",
+        "give the SSH user passwordless sudo, or pass --no-sudo when it logs in as root",
+    )
+
+
+def _ssh_address(host: Any) -> str:
+    """HOST:PORT that testinfra's SSH backend connects to for this inventory host."""
+    backend = host.backend
+    try:
+        inner = backend.ansible_runner.get_host(
+            backend.host,
+            ssh_config=backend.ssh_config,
+            ssh_identity_file=backend.ssh_identity_file,
+        )
+        spec = inner.backend.host
+        return f"{spec.name}:{spec.port or 22}"
+    except AttributeError:  # not the Ansible backend over SSH: the inventory's own words
+        variables = host.ansible.get_variables()
+        name = variables.get("ansible_host", variables.get("inventory_hostname", "?"))
+        return f"{name}:{variables.get('ansible_port', 22)}"
+
+
+def _last_words(output: str) -> str:
+    """The last line of an error output, as a clause: `ssh: connect to host 127.0.0.1 port 1:
+    Connection refused` -> `connection refused`."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    text = _SSH_CONNECT.sub("", lines[-1] if lines else "no output").removeprefix("ssh: ")
+    text = text.rstrip(".")
+    return text[:1].lower() + text[1:]
+
+
 def read_json(host: Any, path: str) -> dict[str, Any] | None:
     file = host.file(path)
     if not file.exists:

@@ -49,7 +49,9 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, st
          "-e", f"@{profile_vars}", "-e", f"@{work / 'cases.yml'}",
          "-e", f"ansible_python_interpreter={sys.executable}"],
         capture_output=True, text=True, timeout=300, check=False,
-        env={**os.environ, "ANSIBLE_CONFIG": str(ANSIBLE / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"},
+        env={**os.environ, "ANSIBLE_CONFIG": str(ANSIBLE / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
+             # the template's escaping filters are the role's own (rendered here outside it)
+             "ANSIBLE_FILTER_PLUGINS": str(ANSIBLE / "roles/sglang_service/filter_plugins")},
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr
     files = {}

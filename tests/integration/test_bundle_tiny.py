@@ -204,7 +204,7 @@ CORRUPTIONS = [
     ),
     (
         lambda b: (b / "bundle.json").write_text("{broken"),
-        "bundle.json is not a valid sglx bundle manifest (not JSON",
+        "bundle.json: the bundle manifest is not valid JSON",
         "re-copy bundle.json",
     ),
 ]
@@ -342,7 +342,9 @@ def test_the_tar_form_round_trips_and_is_checked(
     code, envelope = sglx_json("bundle", "install", str(tar), "--state", state, "-q")
     assert code == 0, envelope
     assert envelope["data"]["steps"]["image"]["status"] == "done"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["state", "tarred.tar"]
+    # beside the tar: the copy of its install.sh that `create --tar` writes
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == ["state", "tarred.install.sh", "tarred.tar"]
     tar.unlink()
 
 

@@ -73,7 +73,7 @@ def test_bad_chunk_sizes_are_usage_errors(sglx: CliRunner, text: str, words: str
 
 
 def test_a_manifest_that_is_not_json_or_not_a_manifest_names_the_problem() -> None:
-    with pytest.raises(SglxError, match=r"not a valid sglx bundle manifest \(not JSON"):
+    with pytest.raises(SglxError, match=r"b/bundle.json: the bundle manifest is not valid JSON"):
         parse(b"{nope", "b/bundle.json")
     with pytest.raises(SglxError, match=r"not a valid sglx bundle manifest \(arch: Field required"):
         parse(b'{"format": "sglx-bundle"}', "b/bundle.json")
@@ -102,5 +102,5 @@ def test_verify_names_a_missing_path_and_a_folder_that_is_no_bundle(
     assert "has no bundle.json: it is not an sglx bundle, or the copy is incomplete" in err
     code, out, err = sglx("bundle", "verify", str(tmp_path), "--jobs", "0")
     assert code == 2
-    assert "--jobs 0: must be 1 or more" in err
+    assert "argument --jobs: 0 is out of range: give 1 to 64" in err
     assert "Traceback" not in out + err

@@ -44,7 +44,7 @@ def error_of(out: str) -> dict[str, Any]:
     [
         (["arch", "shw"], "usage: sglx arch", "invalid choice: 'shw'"),
         (["arch", "show"], "usage: sglx arch show", "the following arguments are required: ARCH"),
-        (["scan", "--jobs", "many"], "usage: sglx scan", "argument --jobs: invalid int value"),
+        (["scan", "--jobs", "many"], "usage: sglx scan", "argument --jobs: 'many' is not a whole"),
         (["nope"], "usage: sglx", "invalid choice: 'nope'"),
         (["arch", "list", "--colour"], "usage: sglx", "unrecognized arguments: --colour"),
     ],

@@ -35,7 +35,7 @@ def test_scan_help_names_the_targets(capsys: pytest.CaptureFixture[str]) -> None
         (["{tmp}", "{tmp}"], "several PATHs need --root"),
         (["--root", "{tmp}/inner", "{tmp}"], "is not inside --root"),
         (["--root", "{tmp}"], "--root goes with PATHs"),
-        (["{tmp}", "--jobs", "0"], "--jobs 0: must be 1 or more"),
+        (["{tmp}", "--jobs", "0"], "argument --jobs: 0 is out of range: give 1 to 64"),
     ],
 )
 def test_usage_errors_exit_2_with_a_message(

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
+import re
 import shutil
 import tarfile
 import uuid
@@ -23,21 +25,24 @@ from pathlib import Path
 from typing import Any
 
 from sglx import __version__
+from sglx.base_archive import check_reference
 from sglx.bundle import ansible_content, install_sh, layout
 from sglx.bundle.chunks import ChunkWriter
 from sglx.bundle.files import copy_hashed, require_space, write_hashed
 from sglx.bundle.manifest import (
+    PART,
     BundleManifest,
     FileEntry,
     ImageRecord,
     Kind,
     Slot,
     WeightsRecord,
+    check_weights_name,
     dump,
     render_sums,
     sha256_bytes,
 )
-from sglx.bundle.signing import sign
+from sglx.bundle.signing import check_key, sign
 from sglx.engine import docker_client
 from sglx.errors import SglxError
 from sglx.profile import Profile
@@ -61,8 +66,9 @@ class CreateOptions:
 
 
 def create_bundle(profile: Profile, options: CreateOptions, progress: Progress) -> Result:
-    client = docker_client()
     ref = options.image or f"sglx/{profile.arch}:latest"
+    _check_names(ref, options)
+    client = docker_client()
     image = _image(client, ref, profile)
     out = options.out or Path(f"sglx-bundle-{profile.arch}-{image.id.split(':')[1][:12]}")
     out = out.absolute()
@@ -103,6 +109,24 @@ def create_bundle(profile: Profile, options: CreateOptions, progress: Progress) 
         progress(f"writing {tar_path.name}")
         _write_tar(out, tar_path)
     return _result(out, tar_path if options.as_tar else None, manifest, scan_result)
+
+
+def _check_names(ref: str, options: CreateOptions) -> None:
+    """The inputs that cost nothing to check, checked before the engine is asked anything:
+    what would otherwise fail only when the manifest is written, after `docker save`."""
+    check_reference(ref, "--image")
+    if options.weights_outside is not None:
+        check_weights_name(
+            _weights_name(options.weights_outside), f"--weights-outside {options.weights_outside}"
+        )
+    if options.sign_key is not None:
+        check_key(options.sign_key)
+
+
+def _weights_name(folder: Path) -> str:
+    """The name the weights get in the bundle: the folder's own name, `.` and `..` resolved
+    as written (not through links, so a linked folder keeps the name it was given)."""
+    return Path(os.path.normpath(folder.absolute())).name
 
 
 def _image(client: Any, ref: str, profile: Profile) -> Any:
@@ -161,7 +185,16 @@ def _weights_source(folder: Path | None, image: Any) -> tuple[str, list[Path], s
             code="usage",
         )
     files = [folder / record.name for record in manifest.files] + [folder / MANIFEST_NAME]
-    return folder.name, files, digest
+    for file in files:
+        if not re.fullmatch(PART, file.name):
+            raise SglxError(
+                f"--weights-outside {folder}: the file name {file.name!r} cannot be a bundle path",
+                hint="bundle paths are ASCII letters, digits and '._+@=-', not starting with '.': "
+                "convert the weights again under plain names",
+                code="usage",
+                path=str(file),
+            )
+    return _weights_name(folder), files, digest
 
 
 def _fill(
@@ -327,13 +360,21 @@ def _finish(
 
 
 def _write_tar(folder: Path, tar_path: Path) -> None:
+    """The tar, and beside it a copy of the bundle's install.sh (`NAME.install.sh`): a host
+    without Python checks and unpacks the tar with it (`sh NAME.install.sh NAME.tar`)."""
     staging = tar_path.with_name(f".{tar_path.name}.partial-{uuid.uuid4().hex[:8]}")
+    script = install_sh.beside_tar(tar_path)
+    script_staging = script.with_name(f".{script.name}.partial-{uuid.uuid4().hex[:8]}")
     try:
         with tarfile.open(staging, "w", format=tarfile.PAX_FORMAT) as tar:
             tar.add(folder, arcname=folder.name, recursive=True)
+        shutil.copyfile(folder / layout.INSTALL_SH, script_staging)
+        script_staging.chmod(0o755)
+        script_staging.rename(script)
         staging.rename(tar_path)
     except BaseException:
         staging.unlink(missing_ok=True)
+        script_staging.unlink(missing_ok=True)
         raise
 
 
@@ -363,7 +404,13 @@ def _result(
         "signed": (out / layout.SIGNATURE).is_file(),
         "scan": None if scan is None else scan.status,
     }
-    lines = [f"bundle written to {out}"] + ([f"tar written to {tar_path}"] if tar_path else [])
+    lines = [f"bundle written to {out}"]
+    if tar_path is not None:
+        script = install_sh.beside_tar(tar_path)
+        lines += [
+            f"tar written to {tar_path}, with {script.name} beside it (sh {script.name} "
+            f"{tar_path.name}: checks and unpacks the tar without Python)"
+        ]
     return Result(
         ("bundle", "create"),
         data=data,

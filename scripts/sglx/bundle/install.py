@@ -9,8 +9,8 @@ Free space is checked for every step that will write, before the first one write
 
 from __future__ import annotations
 
-import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -31,6 +31,7 @@ from sglx.engine import docker_client
 from sglx.errors import SglxError
 from sglx.progress import Progress
 from sglx.report import Finding, Result, Table
+from sglx.untrusted import read_json
 
 PIP_TIMEOUT_S = 3600
 STATE_MARGIN = 1 << 20
@@ -68,6 +69,7 @@ def install_bundle(path: Path, options: InstallOptions, progress: Progress) -> R
 
 def _install(bundle: Path, options: InstallOptions, progress: Progress) -> Result:
     steps = Steps()
+    _outputs_outside(bundle, options)
     raw = read_manifest_bytes(bundle)
     client = docker_client()
     plan = _plan(bundle, raw, client, options)
@@ -139,6 +141,35 @@ def _install(bundle: Path, options: InstallOptions, progress: Progress) -> Resul
     return _result(bundle, manifest, steps, weights_target)
 
 
+def _outputs_outside(bundle: Path, options: InstallOptions) -> None:
+    """Refuse, before anything is written, an output folder inside the bundle: a record, venv
+    or weights written there are files bundle.json does not list, so the next verify fails."""
+    root = _resolved(bundle)
+    for what, path in (
+        ("state folder (--state)", options.state),
+        ("venv (--venv)", options.venv),
+        ("weights folder (--weights-dir)", options.weights_dir),
+    ):
+        if path is None:
+            continue
+        target = _resolved(path)
+        if target == root or root in target.parents:
+            raise SglxError(
+                f"the {what} {path} is inside the bundle {bundle}",
+                hint="choose a folder outside the bundle: a bundle holds exactly the files "
+                "bundle.json lists, and anything written into it fails the next verify",
+                code="usage",
+                path=str(path),
+            )
+
+
+def _resolved(path: Path) -> Path:
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError):  # a link loop: compare the path as written
+        return path.absolute()
+
+
 @dataclass(frozen=True)
 class Plan:
     """What install will write, known before anything is written (or verified)."""
@@ -177,8 +208,24 @@ def _scan_report_findings(bundle: Path) -> list[Finding]:
     report = bundle / layout.SCAN_REPORT
     if not report.is_file():
         return []
-    envelope = json.loads(report.read_text(encoding="utf-8"))
-    if envelope.get("status") == "ok":
+    remake = "create the bundle again on the source side (its scan report is damaged)"
+    try:
+        envelope = read_json(
+            report, what="scan report", max_bytes=layout.MAX_META_BYTES, hint=remake
+        )
+    except SglxError as exc:
+        return [Finding("bundle_scan", exc.message, layout.SCAN_REPORT, exc.hint)]
+    status = envelope.get("status") if isinstance(envelope, dict) else None
+    if not isinstance(status, str):
+        return [
+            Finding(
+                "bundle_scan",
+                f'{report}: the scan report is not a JSON object with a "status" string',
+                layout.SCAN_REPORT,
+                remake,
+            )
+        ]
+    if status == "ok":
         return []
     return [
         Finding(
@@ -197,6 +244,12 @@ def _check_asked(manifest: BundleManifest, options: InstallOptions) -> None:
             "--venv: this bundle has no wheelhouse",
             hint="create the bundle with `sglx bundle create --wheelhouse DIR`, or drop --venv "
             "(the image holds the packages)",
+            code="usage",
+        )
+    if options.venv is not None and layout.WHEEL_LOCK not in manifest.by_path():
+        raise SglxError(
+            f"--venv: this bundle's wheelhouse has no {layout.WHEEL_LOCK}",
+            hint="create the bundle again with `sglx bundle create --wheelhouse DIR`",
             code="usage",
         )
     if options.weights_dir is not None and manifest.weights is None:
@@ -295,9 +348,29 @@ def _run(argv: list[str], what: str) -> None:
 
 
 def _weights_target(manifest: BundleManifest, options: InstallOptions) -> Path | None:
+    """The folder the weights go to: `--weights-dir`/`weights.name`, refused (before anything
+    is written) unless it is a new or replaceable folder strictly inside `--weights-dir`.
+
+    Install renames the target aside and removes it, so a name of `.` would remove the whole
+    weights folder with every other model in it. The manifest schema already allows only plain
+    names; this is the check at the place that deletes, whatever admitted the name."""
     if options.weights_dir is None or manifest.weights is None:
         return None
-    return options.weights_dir.absolute() / manifest.weights.name
+    name = manifest.weights.name
+    folder = options.weights_dir.absolute()
+    target = folder / name
+    plain = name not in ("", ".", "..") and not any(c in name for c in "/\\\0")
+    if not plain or _resolved(target).parent != _resolved(folder):
+        raise SglxError(
+            f"bundle.json: weights.name {name!r} does not name a folder inside the weights "
+            f"folder {folder}; installing would replace {_resolved(target) if plain else target}"
+            " (nothing was written)",
+            hint="weights.name must be one plain folder name; re-create the bundle, or remove "
+            "a link of that name in --weights-dir that points elsewhere",
+            code="bundle_manifest",
+            path=str(target),
+        )
+    return target
 
 
 def _weights_placed(target: Path, manifest: BundleManifest) -> bool:
@@ -351,7 +424,7 @@ def _result(bundle: Path, manifest: BundleManifest, steps: Steps, weights: Path 
     rows = tuple((name, row["status"], row["detail"]) for name, row in steps.rows.items())
     lines = [
         "nothing to do: every step was done before" if not redone else "installed",
-        "start the server with: " + " ".join(run) if run else "",
+        "start the server with: " + shlex.join(run) if run else "",
     ]
     return Result(
         ("bundle", "install"),

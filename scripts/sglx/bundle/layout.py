@@ -46,6 +46,9 @@ MIN_CHUNK_SIZE = 1 << 10
 SIGN_NAMESPACE = "sglx-bundle"
 # Bounds on what is read from a bundle before it is trusted.
 MAX_MANIFEST_BYTES = 16 << 20
+MAX_SIGNATURE_BYTES = 16 << 10  # an ssh-keygen signature is under 1 KiB
+MAX_RECORD_BYTES = 64 << 20  # the install record: a few hundred bytes per verified file
+MAX_META_BYTES = 16 << 20  # meta/*.json
 MAX_FILES = 100_000
 MAX_PATH_CHARS = 400
 MAX_PATH_DEPTH = 16
@@ -94,6 +97,16 @@ def parse_chunk_size(text: str) -> int:
             code="usage",
         )
     return size
+
+
+def shown(text: str) -> str:
+    """A name or value read from a bundle, as a report shows it: unchanged when it is plain
+    (letters, digits, `._+@=/:-`), else quoted with its control characters escaped, so a
+    newline or an escape sequence in it cannot forge a line of the report."""
+    return text if _PLAIN.fullmatch(text) else repr(text)
+
+
+_PLAIN = re.compile(r"[A-Za-z0-9._+@=/:-]+", re.ASCII)
 
 
 def human(size: int) -> str:

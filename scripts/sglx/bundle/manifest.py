@@ -12,28 +12,45 @@ from __future__ import annotations
 
 import hashlib
 import json
-from pathlib import PurePosixPath
+import re
+from pathlib import Path, PurePosixPath
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
+from sglx.base_archive import check_reference
 from sglx.bundle import layout
 from sglx.errors import SglxError
+from sglx.profile.loader import NAME_PATTERN
+from sglx.untrusted import parse_json
 
 FORMAT: Literal["sglx-bundle"] = "sglx-bundle"
 FORMAT_VERSION: Literal[1] = 1
 Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 ImageId = Annotated[str, StringConstraints(pattern=r"^sha256:[0-9a-f]{64}$")]
-# Relative POSIX paths of plain names: no leading slash, no part starting with a dot (so no
-# `..`), no spaces or backslashes (SHA256SUMS and install.sh read them unquoted).
+# One part of a bundle path: no leading dot (so no `.` or `..`), no spaces, slashes or
+# backslashes (SHA256SUMS and install.sh read paths unquoted).
+PART = r"[A-Za-z0-9_+@=-][A-Za-z0-9._+@=-]*"
 RelPath = Annotated[
-    str,
-    StringConstraints(
-        pattern=r"^[A-Za-z0-9_+@=-][A-Za-z0-9._+@=-]*(/[A-Za-z0-9_+@=-][A-Za-z0-9._+@=-]*)*$",
-        max_length=layout.MAX_PATH_CHARS,
-    ),
+    str, StringConstraints(pattern=rf"^{PART}(/{PART})*$", max_length=layout.MAX_PATH_CHARS)
 ]
+# The weights' folder name (`weights/NAME`, and the folder made under --weights-dir): one plain
+# path component.
+WEIGHTS_NAME = re.compile(r"[A-Za-z0-9_+-][A-Za-z0-9._+-]{0,127}")
+WEIGHTS_NAME_RULE = (
+    "one plain name of ASCII letters, digits, '.', '_', '+' and '-', not starting with '.', "
+    "at most 128 characters"
+)
+Arch = Annotated[str, StringConstraints(pattern=NAME_PATTERN.pattern, max_length=64)]
 Kind = Literal["image-chunk", "meta", "install", "wheel", "lock", "weights", "ansible"]
+# The bundle's own files of a fixed path, and their kind.
+FIXED_KINDS: dict[str, Kind] = {
+    layout.SCAN_REPORT: "meta",
+    layout.VERSIONS: "meta",
+    layout.LABELS: "meta",
+    layout.INSTALL_SH: "install",
+}
+RECOPY = "re-copy bundle.json from the source side, or re-create the bundle"
 
 
 class _Record(BaseModel):
@@ -63,7 +80,7 @@ class ImageRecord(_Record):
 class WeightsRecord(_Record):
     """Converted weights carried beside the image (`--weights-outside`)."""
 
-    name: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._+-]+$")]
+    name: Annotated[str, StringConstraints(pattern=rf"^{WEIGHTS_NAME.pattern}$")]
     path: RelPath
     digest: str
     size: int = Field(ge=0)
@@ -80,7 +97,7 @@ class Slot(_Record):
 class BundleManifest(_Record):
     format: Literal["sglx-bundle"] = FORMAT
     format_version: Literal[1] = FORMAT_VERSION
-    arch: str
+    arch: Arch
     created: str
     sglx_version: str
     image: ImageRecord
@@ -105,7 +122,9 @@ def dump(manifest: BundleManifest) -> bytes:
 
 
 def parse(raw: bytes, where: str) -> BundleManifest:
-    """Validate `bundle.json` bytes; an unreadable one is an error naming the file."""
+    """Validate `bundle.json` bytes: JSON under sglx.untrusted's rules (no repeated key, bounded
+    depth), the schema, then the manifest against itself and the bundle layout. Any problem is
+    an error naming the file and the field."""
     if len(raw) > layout.MAX_MANIFEST_BYTES:
         raise SglxError(
             f"{where} is {len(raw)} bytes, more than a manifest can be "
@@ -115,49 +134,120 @@ def parse(raw: bytes, where: str) -> BundleManifest:
             path=where,
         )
     try:
-        json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
+        parse_json(raw, path=Path(where), what="bundle manifest")
+    except SglxError as exc:
+        raise SglxError(exc.message, hint=RECOPY, code="bundle_manifest", path=where) from None
+    try:
         # JSON mode: strict models still take JSON arrays for tuples.
         manifest = BundleManifest.model_validate_json(raw)
     except ValidationError as exc:
         first = exc.errors()[0]
         where_key = ".".join(str(p) for p in first["loc"]) or "(top level)"
         raise _invalid(where, f"{where_key}: {first['msg']}") from None
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise _invalid(where, f"not JSON: {exc}") from None
+    problem = _image_problem(manifest.image) or _files_problem(manifest)
+    if problem is not None:
+        raise _invalid(where, problem)
+    return manifest
+
+
+def check_weights_name(name: str, where: str) -> str:
+    """`name` if it can name the weights of a bundle; else an error naming `where`."""
+    if not WEIGHTS_NAME.fullmatch(name):
+        raise SglxError(
+            f"{where}: {name!r} cannot name weights in a bundle",
+            hint=f"rename the folder: the name must be {WEIGHTS_NAME_RULE}",
+            code="usage",
+        )
+    return name
+
+
+def _image_problem(image: ImageRecord) -> str | None:
+    """Why the image record contradicts itself, or None: the reference, the archive's name and
+    its chunks, which must be `chunk_name(0..n-1)` for n = ceil(size / chunk_size)."""
+    try:
+        check_reference(image.ref, "image.ref")
+    except SglxError as exc:
+        return exc.message
+    if image.archive != layout.IMAGE_ARCHIVE:
+        return f"image.archive: {image.archive} is not {layout.IMAGE_ARCHIVE}"
+    count = max(1, -(-image.size // image.chunk_size))
+    if len(image.chunks) != count:
+        return (
+            f"image.chunks: {image.size} bytes in chunks of {image.chunk_size} make {count} "
+            f"chunks, the list has {len(image.chunks)}"
+        )
+    for index, chunk in enumerate(image.chunks):
+        if chunk != layout.chunk_name(index):
+            return f"image.chunks: chunk {index} is {chunk}, not {layout.chunk_name(index)}"
+    return None
+
+
+def _files_problem(manifest: BundleManifest) -> str | None:
+    """Why `files` contradicts the rest of the manifest, or None: each path once, where the
+    layout puts it with the kind the layout gives it, and the chunk sizes add up to the image."""
     seen: set[str] = set()
     for entry in manifest.files:
         if entry.path in seen or entry.path in layout.METADATA:
-            raise SglxError(
-                f"{where} lists {entry.path} twice or lists a metadata file",
-                hint="re-copy bundle.json from the source side",
-                code="bundle_manifest",
-                path=where,
-            )
-        if entry.path.count("/") >= layout.MAX_PATH_DEPTH:
-            raise SglxError(f"{where}: {entry.path} is nested too deep", code="bundle_manifest")
+            return f"files: {entry.path} is listed twice, or is a metadata file"
         seen.add(entry.path)
-    missing = [c for c in manifest.image.chunks if c not in seen]
+        if entry.path.count("/") >= layout.MAX_PATH_DEPTH:
+            return f"files: {entry.path} is nested more than {layout.MAX_PATH_DEPTH} levels deep"
+        kind = _layout_kind(manifest, entry.path)
+        if kind is None:
+            return f"files: {entry.path} has no place in the bundle layout"
+        if kind != entry.kind:
+            return f"files: {entry.path} is of kind {entry.kind!r}, the layout says {kind!r}"
+    image, by_path = manifest.image, manifest.by_path()
+    missing = [c for c in image.chunks if c not in by_path]
     if missing:
-        raise SglxError(
-            f"{where}: image chunks {', '.join(missing)} have no file entry",
-            hint="re-copy bundle.json from the source side",
-            code="bundle_manifest",
-            path=where,
-        )
-    return manifest
+        return f"image.chunks: {', '.join(missing[:5])} have no file entry"
+    last = image.size - (len(image.chunks) - 1) * image.chunk_size
+    for index, chunk in enumerate(image.chunks):
+        want = last if index == len(image.chunks) - 1 else image.chunk_size
+        if by_path[chunk].size != want:
+            return f"files: {chunk} is {by_path[chunk].size} bytes, the image record says {want}"
+    weights = manifest.weights
+    if weights is not None:
+        if weights.path != f"{layout.WEIGHTS}/{weights.name}":
+            return f"weights.path: {weights.path} is not {layout.WEIGHTS}/{weights.name}"
+        size = sum(e.size for e in manifest.files if e.kind == "weights")
+        if size != weights.size:
+            return f"weights.size: {weights.size} bytes, its files add up to {size}"
+    for name, slot, path in (
+        ("wheelhouse", manifest.wheelhouse, layout.WHEELHOUSE),
+        ("ansible", manifest.ansible, layout.ANSIBLE),
+    ):
+        if slot.included and slot.path != path:
+            return f"{name}.path: {slot.path} is not {path}"
+    return None
+
+
+def _layout_kind(manifest: BundleManifest, path: str) -> Kind | None:
+    """The kind the bundle layout gives `path` in this manifest; None when it has no place."""
+    top, _, rest = path.partition("/")
+    if path in manifest.image.chunks:
+        return "image-chunk"
+    if path in FIXED_KINDS:
+        return FIXED_KINDS[path]
+    if top == layout.WHEELHOUSE and manifest.wheelhouse.included:
+        if path == layout.WHEEL_LOCK:
+            return "lock"
+        return "wheel" if "/" not in rest and rest.endswith(".whl") else None
+    if top == layout.ANSIBLE and manifest.ansible.included:
+        return "lock" if path == layout.ANSIBLE_LOCK else "ansible"
+    weights = manifest.weights
+    if weights is not None and path.startswith(weights.path + "/"):
+        return "weights"
+    return None
 
 
 def _invalid(where: str, detail: str) -> SglxError:
     return SglxError(
         f"{where} is not a valid sglx bundle manifest ({detail})",
-        hint="re-copy bundle.json from the source side, or re-create the bundle",
+        hint=RECOPY,
         code="bundle_manifest",
         path=where,
     )
-
-
-def _no_constant(name: str) -> None:
-    raise ValueError(f"{name} is not JSON")
 
 
 def render_sums(

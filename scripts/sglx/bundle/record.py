@@ -18,7 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sglx.bundle.layout import MAX_RECORD_BYTES
 from sglx.bundle.manifest import FileEntry
+from sglx.errors import SglxError
+from sglx.untrusted import read_json
 from sglx.util import atomic_write_text
 
 SAVE_EVERY_S = 1.0
@@ -43,10 +46,10 @@ class InstallRecord:
         if fresh or not path.is_file():
             return record
         try:
-            document = json.loads(path.read_text(encoding="utf-8"))
+            document = read_json(path, what="install record", max_bytes=MAX_RECORD_BYTES)
             record.verified = dict(document.get("verified", {}))
             record.steps = dict(document.get("steps", {}))
-        except (OSError, ValueError, AttributeError):
+        except (SglxError, ValueError, TypeError, AttributeError):
             return cls(path=path)  # an unreadable record is no record: work is redone
         return record
 

@@ -3,17 +3,37 @@
 `ssh-keygen -Y sign -n sglx-bundle` writes `bundle.json.sig`; `ssh-keygen -Y verify` checks it
 against an allowed-signers file (one `IDENTITY KEYTYPE KEY` line per trusted key). Because
 `SHA256SUMS` is rendered from `bundle.json`, the signature covers every file.
+
+A site configures its signers once, in SITE_ALLOWED_SIGNERS (or the file $SGLX_ALLOWED_SIGNERS
+names); from then on verify and install check every bundle against it and refuse an unsigned
+one, as `--allowed-signers FILE` does: a site that knows its signers never accepts a bundle
+whose signature was simply deleted.
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
+import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
 from sglx.bundle import layout
 from sglx.errors import SglxError
 
 TIMEOUT_S = 60
+SITE_ALLOWED_SIGNERS = Path("/etc/sglx/allowed_signers")
+SITE_ALLOWED_SIGNERS_ENV = "SGLX_ALLOWED_SIGNERS"
+
+
+def site_allowed_signers(environ: Mapping[str, str] = os.environ) -> Path | None:
+    """The site's allowed-signers file: the one $SGLX_ALLOWED_SIGNERS names, else
+    SITE_ALLOWED_SIGNERS when anything is at that path (a dangling link or an unreadable file
+    still counts: it fails the check rather than turning it off), else None."""
+    named = environ.get(SITE_ALLOWED_SIGNERS_ENV, "")
+    if named:
+        return Path(named)
+    return SITE_ALLOWED_SIGNERS if os.path.lexists(SITE_ALLOWED_SIGNERS) else None
 
 
 def _ssh_keygen(args: list[str], stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
@@ -35,8 +55,7 @@ def _ssh_keygen(args: list[str], stdin: bytes | None = None) -> subprocess.Compl
         ) from None
 
 
-def sign(manifest: Path, key: Path) -> Path:
-    """Write `manifest`.sig with `key` (a private key file, or a public one held by ssh-agent)."""
+def check_key(key: Path) -> None:
     if not key.is_file():
         raise SglxError(
             f"--sign {key}: no such key file",
@@ -44,6 +63,11 @@ def sign(manifest: Path, key: Path) -> Path:
             code="usage",
             path=str(key),
         )
+
+
+def sign(manifest: Path, key: Path) -> Path:
+    """Write `manifest`.sig with `key` (a private key file, or a public one held by ssh-agent)."""
+    check_key(key)
     proc = _ssh_keygen(
         ["-Y", "sign", "-q", "-f", str(key), "-n", layout.SIGN_NAMESPACE, str(manifest)]
     )
@@ -60,16 +84,28 @@ def sign(manifest: Path, key: Path) -> Path:
 
 
 def verify(
-    manifest_bytes: bytes, signature: Path, allowed_signers: Path, identity: str | None
+    manifest_bytes: bytes, signature: bytes, allowed_signers: Path, identity: str | None
 ) -> str | None:
-    """None when the signature is good for an allowed signer, else the reason it is not."""
+    """None when `signature` (the bytes of bundle.json.sig, read once and bounded by the
+    caller) is good for an allowed signer, else the reason it is not."""
     if not allowed_signers.is_file():
         raise SglxError(
-            f"--allowed-signers {allowed_signers}: no such file",
-            hint="one line per trusted key: `IDENTITY ssh-ed25519 AAAA...`",
+            f"allowed signers {allowed_signers}: no such file",
+            hint="pass --allowed-signers FILE, or fix the site's file (one line per trusted "
+            f"key: `IDENTITY ssh-ed25519 AAAA...`; ${SITE_ALLOWED_SIGNERS_ENV} or "
+            f"{SITE_ALLOWED_SIGNERS})",
             code="usage",
             path=str(allowed_signers),
         )
+    with tempfile.TemporaryDirectory(prefix="sglx-signature-") as scratch:
+        copy = Path(scratch, layout.SIGNATURE)
+        copy.write_bytes(signature)
+        return _verify(manifest_bytes, copy, allowed_signers, identity)
+
+
+def _verify(
+    manifest_bytes: bytes, signature: Path, allowed_signers: Path, identity: str | None
+) -> str | None:
     if identity is None:
         found = _ssh_keygen(
             ["-Y", "find-principals", "-s", str(signature), "-f", str(allowed_signers)]

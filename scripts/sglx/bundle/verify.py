@@ -19,10 +19,12 @@ from pathlib import Path
 from sglx.bundle import layout
 from sglx.bundle.hashing import HashJob, hash_files
 from sglx.bundle.manifest import BundleManifest, FileEntry, parse, render_sums, sha256_bytes
+from sglx.bundle.signing import site_allowed_signers
 from sglx.bundle.signing import verify as verify_signature
 from sglx.errors import SglxError
 from sglx.progress import Progress
 from sglx.report import Finding
+from sglx.untrusted import open_regular, read_bounded
 
 RECOPY = "re-copy {what} from the source side"
 
@@ -37,6 +39,7 @@ class FileCheck:
     hashed: int = 0
     hashed_bytes: int = 0
     reused: int = 0
+    signature_checked: bool = False
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,13 @@ class SignaturePolicy:
     allowed_signers: Path | None = None
     identity: str | None = None
     required: bool = False
+
+    def resolved(self) -> SignaturePolicy:
+        """The policy in force: the site's allowed-signers file when no --allowed-signers is
+        given, and a signature required whenever signers are known (else deleting
+        bundle.json.sig and re-rendering SHA256SUMS would pass an altered bundle)."""
+        signers = self.allowed_signers or site_allowed_signers()
+        return SignaturePolicy(signers, self.identity, self.required or signers is not None)
 
 
 def read_manifest_bytes(bundle: Path) -> bytes:
@@ -64,8 +74,22 @@ def read_manifest_bytes(bundle: Path) -> bytes:
             code="bundle_manifest",
             path=str(path),
         )
-    with path.open("rb") as handle:
-        return handle.read(layout.MAX_MANIFEST_BYTES + 1)
+    with open_regular(path, what="bundle manifest", hint=RECOPY.format(what="bundle.json")) as f:
+        return f.read(layout.MAX_MANIFEST_BYTES + 1)
+
+
+def read_signature(bundle: Path) -> bytes | None:
+    """`bundle.json.sig`, bounded, or None when there is no plain file of that name (a link or
+    a FIFO there is reported by the walk of the bundle)."""
+    path = bundle / layout.SIGNATURE
+    if path.is_symlink() or not path.is_file():
+        return None
+    return read_bounded(
+        path,
+        what="signature",
+        max_bytes=layout.MAX_SIGNATURE_BYTES,
+        hint="do not install this bundle; get bundle.json.sig again from the source side",
+    )
 
 
 def what(manifest: BundleManifest | None, path: str) -> str:
@@ -90,8 +114,13 @@ def check_files(
         finding = Finding("bundle_manifest", exc.message, layout.MANIFEST, exc.hint)
         return FileCheck(manifest=None, findings=[finding])
     check = FileCheck(manifest=manifest, manifest_sha256=sha256_bytes(raw))
-    _check_sums(bundle, raw, manifest, check)
-    _check_signature(bundle, raw, signature, check)
+    try:
+        signed = read_signature(bundle)
+    except SglxError as exc:
+        check.findings.append(Finding("bundle_signature", exc.message, layout.SIGNATURE, exc.hint))
+        return check
+    _check_sums(bundle, signed, manifest, check)
+    _check_signature(raw, signed, signature.resolved(), check)
     entries = manifest.by_path()
     present = _walk(bundle, check)
     jobs: list[HashJob] = []
@@ -124,8 +153,8 @@ def check_files(
         check.findings.append(
             Finding(
                 "bundle_extra",
-                f"{path} is not part of the bundle (bundle.json does not list it)",
-                path,
+                f"{layout.shown(path)} is not part of the bundle (bundle.json does not list it)",
+                layout.shown(path),
                 "remove it: a bundle holds exactly the files bundle.json lists",
             )
         )
@@ -152,7 +181,9 @@ def check_files(
     return check
 
 
-def _check_sums(bundle: Path, raw: bytes, manifest: BundleManifest, check: FileCheck) -> None:
+def _check_sums(
+    bundle: Path, signature: bytes | None, manifest: BundleManifest, check: FileCheck
+) -> None:
     sums = bundle / layout.SUMS
     if sums.is_symlink() or not sums.is_file():
         check.findings.append(
@@ -161,13 +192,10 @@ def _check_sums(bundle: Path, raw: bytes, manifest: BundleManifest, check: FileC
             )
         )
         return
-    signature = bundle / layout.SIGNATURE
-    sig_sha = None
-    if signature.is_file() and not signature.is_symlink():
-        sig_sha = sha256_bytes(signature.read_bytes()[: layout.MAX_MANIFEST_BYTES])
+    sig_sha = None if signature is None else sha256_bytes(signature)
     expected = render_sums(manifest, check.manifest_sha256, sig_sha).splitlines()
-    with sums.open("rb") as handle:
-        actual = handle.read(layout.MAX_MANIFEST_BYTES).decode("utf-8", "replace").splitlines()
+    with open_regular(sums, what="checksum list", hint=RECOPY.format(what="SHA256SUMS")) as f:
+        actual = f.read(layout.MAX_MANIFEST_BYTES).decode("utf-8", "replace").splitlines()
     if actual == expected:
         return
     listed = {line[66:]: line[:64] for line in actual if len(line) > 66}
@@ -179,7 +207,7 @@ def _check_sums(bundle: Path, raw: bytes, manifest: BundleManifest, check: FileC
         where = layout.MANIFEST
     else:
         differing = sorted(set(actual) ^ set(expected))
-        names = sorted({line[66:] or line for line in differing})
+        names = sorted({layout.shown(line[66:] or line) for line in differing})
         message = f"SHA256SUMS does not agree with bundle.json on: {', '.join(names[:5])}"
         where = layout.SUMS
     check.findings.append(
@@ -193,18 +221,25 @@ def _check_sums(bundle: Path, raw: bytes, manifest: BundleManifest, check: FileC
     )
 
 
-def _check_signature(bundle: Path, raw: bytes, policy: SignaturePolicy, check: FileCheck) -> None:
-    signature = bundle / layout.SIGNATURE
-    signed = signature.is_file() and not signature.is_symlink()
-    if not signed:
+def _check_signature(
+    raw: bytes, signature: bytes | None, policy: SignaturePolicy, check: FileCheck
+) -> None:
+    """Check the signature under `policy` (resolved: the site's signers count as given)."""
+    if signature is None:
         if policy.required:
+            why = (
+                f"signers are configured in {policy.allowed_signers}"
+                if policy.allowed_signers is not None
+                else "--require-signature"
+            )
             check.findings.append(
                 Finding(
                     "bundle_unsigned",
                     "the bundle is not signed (no bundle.json.sig) and this site requires "
-                    "signatures",
+                    f"signatures ({why})",
                     layout.SIGNATURE,
-                    "ask the source side for a bundle made with `sglx bundle create --sign KEY`",
+                    "ask the source side for a bundle made with `sglx bundle create --sign KEY`; "
+                    "do not install an unsigned copy",
                 )
             )
         return
@@ -216,6 +251,7 @@ def _check_signature(bundle: Path, raw: bytes, policy: SignaturePolicy, check: F
                 code="usage",
             )
         return
+    check.signature_checked = True
     problem = verify_signature(raw, signature, policy.allowed_signers, policy.identity)
     if problem is not None:
         check.findings.append(
@@ -249,8 +285,8 @@ def _walk(bundle: Path, check: FileCheck) -> dict[str, os.stat_result]:
                 check.findings.append(
                     Finding(
                         "bundle_not_file",
-                        f"{rel} is not a plain file (a link, device or FIFO)",
-                        rel,
+                        f"{layout.shown(rel)} is not a plain file (a link, device or FIFO)",
+                        layout.shown(rel),
                         "remove it and re-copy the bundle's files as plain files",
                     )
                 )

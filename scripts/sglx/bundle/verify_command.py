@@ -55,7 +55,7 @@ def _verify(
         "hash_seconds": round(hashing_s, 3),
         "hash_bytes_per_second": round(rate),
         "signed": (folder / layout.SIGNATURE).is_file(),
-        "signature_checked": signature.allowed_signers is not None,
+        "signature_checked": check.signature_checked,
         "scan": scan_status,
     }
     rows = (

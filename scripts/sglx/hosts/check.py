@@ -5,12 +5,17 @@ pytest runs tests/host with testinfra's Ansible backend over the inventory the p
 workers so that a large group is not checked one host at a time. Its JUnit report is read back
 into a one-screen summary (the failing host, check, what is wrong and the fix), a JSON envelope
 and, on request, a copy of the report itself.
+
+A host passes only when it was checked: a report about other hosts than the inventory selects
+(none, or pytest's `NOTSET`) has no verdict (exit 2), and a host whose every check was skipped
+is a finding. An unreachable host fails the `connection` check once, its other checks skipped.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
-import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -23,6 +28,8 @@ from sglx.hosts.junit import CheckResult, read_report
 from sglx.profile import load_profile
 from sglx.progress import Progress
 from sglx.report import Finding, Result, Table
+from sglx.untrusted import file_kind
+from sglx.util import atomic_write_bytes, check_output_file
 
 ROOT = Path(__file__).resolve().parents[3]
 SUITE = ROOT / "tests" / "host"
@@ -48,6 +55,43 @@ class CheckOptions:
 def _need(path: Path, what: str, hint: str) -> None:
     if not path.exists():
         raise SglxError(f"{what} {path} does not exist", hint=hint, code="usage", path=str(path))
+
+
+def _absolute(options: CheckOptions) -> CheckOptions:
+    """Every path made absolute here: pytest runs in the suite's folder, where a relative
+    `-i inventory.yml` names nothing, and testinfra then checks no host at all."""
+    return dataclasses.replace(
+        options,
+        inventory=options.inventory.absolute(),
+        bundle=None if options.bundle is None else options.bundle.absolute(),
+        junitxml=None if options.junitxml is None else options.junitxml.absolute(),
+    )
+
+
+def _need_inventory(path: Path) -> None:
+    """An inventory is a file or a folder (Ansible reads both). Anything else is refused before
+    ansible-inventory opens it: a FIFO would hang it, waiting for a writer."""
+    hint = "pass the inventory the playbooks use (-i FILE or FOLDER)"
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        mode = None
+    except OSError as exc:
+        raise SglxError(
+            f"inventory {path}: cannot read it: {exc.strerror}",
+            hint=hint,
+            code="usage",
+            path=str(path),
+        ) from None
+    if mode is None:
+        raise SglxError(f"inventory {path} does not exist", hint=hint, code="usage", path=str(path))
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        raise SglxError(
+            f"inventory {path} is {file_kind(mode)}, not a file or a folder",
+            hint=hint,
+            code="usage",
+            path=str(path),
+        )
 
 
 def _pytest_argv(options: CheckOptions, report: Path, workers: int) -> list[str]:
@@ -78,7 +122,7 @@ def _pytest_argv(options: CheckOptions, report: Path, workers: int) -> list[str]
     if options.arch:
         argv.append(f"--sglx-arch={options.arch}")
     if options.bundle:
-        argv.append(f"--sglx-bundle={options.bundle.resolve()}")
+        argv.append(f"--sglx-bundle={options.bundle}")
     return argv
 
 
@@ -86,12 +130,13 @@ def _environment() -> dict[str, str]:
     env = dict(os.environ)
     # testinfra reads the inventory with `ansible-inventory`, which lives beside this Python.
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    env.setdefault("ANSIBLE_CONFIG", str(ANSIBLE_CFG))
+    # Absolute, like every path handed on: pytest runs in the suite's folder.
+    env["ANSIBLE_CONFIG"] = str(Path(env.get("ANSIBLE_CONFIG") or ANSIBLE_CFG).absolute())
     return env
 
 
-def _count_hosts(options: CheckOptions) -> int:
-    """How many hosts the run checks; every one must have an arch (--arch or sglx_arch)."""
+def _selected_hosts(options: CheckOptions) -> list[str]:
+    """The hosts the run must check; every one must have an arch (--arch or sglx_arch)."""
     try:
         from testinfra.utils.ansible_runner import AnsibleRunner
     except ImportError as exc:
@@ -100,10 +145,11 @@ def _count_hosts(options: CheckOptions) -> int:
             hint="pip install --require-hashes -r bundles/locks/ansible.txt (make setup does it)",
             code="missing_dependency",
         ) from exc
-    os.environ["PATH"] = _environment()["PATH"]
+    # Read the inventory here as the checks will read it: same PATH, same ansible.cfg.
+    os.environ.update({k: v for k, v in _environment().items() if k in ("PATH", "ANSIBLE_CONFIG")})
     runner = AnsibleRunner(str(options.inventory))
     try:
-        hosts = runner.get_hosts(options.limit)
+        hosts: list[str] = runner.get_hosts(options.limit)
     except Exception as exc:
         raise SglxError(
             f"cannot read inventory {options.inventory}: {str(exc).strip().splitlines()[-1]}",
@@ -128,22 +174,26 @@ def _count_hosts(options: CheckOptions) -> int:
                 "(sglx ansible vars --arch ARCH --out ...)",
                 code="usage",
             )
-    return len(hosts)
+    return hosts
 
 
 def check_hosts(options: CheckOptions, progress: Progress) -> Result:
-    _need(options.inventory, "inventory", "pass the inventory the playbooks use (-i FILE)")
+    options = _absolute(options)
+    _need_inventory(options.inventory)
     _need(SUITE / "conftest.py", "host check suite", "run sglx from its source tree or bundle")
     if options.bundle is not None:
         _need(options.bundle / "bundle.json", "bundle manifest", "--bundle names a bundle folder")
-    hosts = _count_hosts(options)
+    if options.junitxml is not None:
+        check_output_file(options.junitxml, label="--junitxml")  # refused before any check runs
+    hosts = _selected_hosts(options)
     # testinfra reuses one SSH connection per host only when the control folder exists.
     Path("~/.ansible/cp").expanduser().mkdir(parents=True, exist_ok=True)
-    workers = options.workers or min(hosts, 16)
+    workers = options.workers or min(len(hosts), 16)
     with tempfile.TemporaryDirectory(prefix="sglx-hosts-") as scratch:
         report = Path(scratch) / "junit.xml"
         progress(
-            f"{options.mode} checks on {hosts} host(s) of {options.inventory} ({workers} workers)"
+            f"{options.mode} checks on {len(hosts)} host(s) of {options.inventory} "
+            f"({workers} workers)"
         )
         with subprocess.Popen(
             _pytest_argv(options, report, workers),
@@ -173,11 +223,37 @@ def check_hosts(options: CheckOptions, progress: Progress) -> Result:
                 code="hosts_check",
             )
         results = read_report(report)
+        _same_hosts(hosts, results)
         if options.junitxml is not None:
-            tmp = options.junitxml.with_name(f".{options.junitxml.name}.tmp")
-            shutil.copyfile(report, tmp)
-            tmp.replace(options.junitxml)
+            atomic_write_bytes(options.junitxml, report.read_bytes(), label="--junitxml")
     return _result(options, results)
+
+
+def _same_hosts(selected: list[str], results: list[CheckResult]) -> None:
+    """The report must be about exactly the hosts the inventory selected. A run that checked
+    no host, or other hosts (`NOTSET`, pytest's name for an empty host list, when testinfra
+    read no inventory), is exit 2: the checks did not run as asked, so there is no verdict on
+    any host, good or bad."""
+    reported = {r.host for r in results}
+    missing = [h for h in selected if h not in reported]
+    others = sorted(reported - set(selected))
+    if not missing and not others:
+        return
+    parts = [f"did not check {_names(missing)}"] if missing else []
+    if others:
+        parts.append(f"reported on {_names(others)}, which the inventory does not select")
+    what = f"checked none of {_names(selected)}" if not reported else ", and ".join(parts)
+    raise SglxError(
+        f"the host checks {what}: no verdict",
+        hint="check what testinfra reads with: ansible-inventory -i INVENTORY --list; "
+        "then re-run with -v to see pytest's full output",
+        code="hosts_not_checked",
+    )
+
+
+def _names(hosts: list[str]) -> str:
+    shown = ", ".join(hosts[:5])
+    return shown + (f" and {len(hosts) - 5} more" if len(hosts) > 5 else "")
 
 
 def _result(options: CheckOptions, results: list[CheckResult]) -> Result:
@@ -204,13 +280,25 @@ def _result(options: CheckOptions, results: list[CheckResult]) -> Result:
             )
         )
     failed = [r for r in results if r.outcome == "failed"]
-    findings = tuple(
+    findings = [
         Finding(f"host_{r.check}", f"{r.host}: {r.check}: {r.what}", hint=r.fix or None)
         for r in failed
-    )
+    ]
+    # A host whose every check was skipped was not checked, which is not a pass.
+    unchecked = sorted(h for h, c in by_host.items() if c["skipped"] == c.total())
+    for host in unchecked:
+        reason = next(r.message for r in results if r.host == host) or "no reason given"
+        findings.append(
+            Finding(
+                "host_not_checked",
+                f"{host}: not checked: every check was skipped (the first: {reason})",
+                hint="make the checks apply to this host (its arch, --bundle), then run again",
+            )
+        )
+    bad = {r.host for r in failed} | set(unchecked)
     verdict = (
-        f"{len({r.host for r in failed})} of {len(by_host)} host(s) failed {len(failed)} check(s)"
-        if failed
+        f"{len(bad)} of {len(by_host)} host(s) failed {len(findings)} check(s)"
+        if findings
         else f"all {len(by_host)} host(s) passed the {options.mode} checks"
     )
     data = {
@@ -221,5 +309,9 @@ def _result(options: CheckOptions, results: list[CheckResult]) -> Result:
         "checks": [r.to_json() for r in results],
     }
     return Result(
-        ("hosts", "check"), data=data, tables=tuple(tables), lines=(verdict,), findings=findings
+        ("hosts", "check"),
+        data=data,
+        tables=tuple(tables),
+        lines=(verdict,),
+        findings=tuple(findings),
     )

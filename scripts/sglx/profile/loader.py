@@ -10,7 +10,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +25,7 @@ from sglx.profile.issues import (
     ProfileError,
     ProfileIssue,
     describe_kind,
+    describe_value,
     dotted,
     pydantic_issue,
 )
@@ -40,6 +41,12 @@ MAX_CHAIN_FILES = 32
 # Arch and fragment names become path parts: no separators, no dots, nothing hidden.
 NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 NAME_RULE = "lowercase letters, digits, '-' and '_', starting with a letter or digit"
+# A newline, tab, escape or other C0 control, or DEL: no profile string may hold one.
+CONTROL_CHARACTER = re.compile(r"[\x00-\x1f\x7f]")
+CONTROL_HINT = (
+    "remove it: a profile value is one line of printable text (in YAML, no block scalar "
+    "(| or >) and no \\n, \\t or \\e escape in a quoted string)"
+)
 
 
 @dataclass(frozen=True)
@@ -257,12 +264,52 @@ def load_profile_file(file: Path) -> Profile:
                 )
             ]
         )
+    control = _control_characters(merged, (), layers)
+    if control:
+        raise ProfileError(control, hint=CONTROL_HINT)
     try:
         return Profile.model_validate(merged)
     except ValidationError as exc:
         sources = [(layer.shown, layer.lines) for layer in layers]
         issues = [pydantic_issue(err, merged, sources) for err in exc.errors()]
         raise ProfileError(issues) from None
+
+
+def _control_characters(data: Any, prefix: KeyPath, layers: Sequence[_Layer]) -> list[ProfileIssue]:
+    """Every key and string of the merged profile that holds a control character."""
+    issues: list[ProfileIssue] = []
+    if isinstance(data, dict):
+        for key, value in data.items():
+            found = CONTROL_CHARACTER.search(key) if isinstance(key, str) else None
+            if found:
+                what = f"the key {key!r}"
+                issues.append(_control_issue(what, found[0], prefix, (*prefix, key), layers))
+            else:
+                issues += _control_characters(value, (*prefix, key), layers)
+    elif isinstance(data, list):
+        for index, item in enumerate(data):
+            issues += _control_characters(item, (*prefix, index), layers)
+    elif isinstance(data, str):
+        found = CONTROL_CHARACTER.search(data)
+        if found:
+            issues.append(_control_issue(describe_value(data), found[0], prefix, prefix, layers))
+    return issues
+
+
+def _control_issue(
+    what: str, char: str, key_path: KeyPath, at: KeyPath, layers: Sequence[_Layer]
+) -> ProfileIssue:
+    """The issue for `what` (at key path `at`), in the latest file that sets it."""
+    message = (
+        f"{what} holds the control character {char!r}: profile values reach systemd units, "
+        "environment files and commands on the hosts, where it would start a new line"
+    )
+    for depth in range(len(at), -1, -1):
+        for layer in reversed(layers):
+            line = layer.lines.get(at[:depth])
+            if line is not None:
+                return ProfileIssue(layer.shown, dotted(key_path), message, line)
+    return ProfileIssue(layers[-1].shown, dotted(key_path), message)
 
 
 def _resolve_chain(

@@ -17,7 +17,6 @@ Nothing in the engine is touched, and the files' hashes are `sglx bundle verify`
 
 from __future__ import annotations
 
-import json
 import tarfile
 import zipfile
 from collections.abc import Callable, Iterator
@@ -35,10 +34,14 @@ from sglx.progress import Progress
 from sglx.scan.analysis import Target
 from sglx.scan.image import parse_env
 from sglx.scan.inventory import names_only
-from sglx.scan.layers import RootWriter, clean_name
+from sglx.scan.layers import RootWriter, TooLarge, clean_name
+from sglx.untrusted import parse_json
 
 WHEELHOUSE = layout.WHEELHOUSE
 DEFAULT_SITE = "/opt/sglx/venv/lib/python3.11/site-packages"
+MAX_ARCHIVE_JSON = 16 << 20
+"""Largest manifest.json or image config read from an archive (real ones are a few KiB)."""
+_RESAVE = "the archive is damaged or hand-made; re-create it with `docker save`"
 
 
 @dataclass(frozen=True)
@@ -140,30 +143,58 @@ def read_manifest(archive: Path, chunks: tuple[Path, ...] = ()) -> list[ArchiveI
     try:
         with open_archive(archive, chunks) as tar:
             try:
-                member = tar.getmember("manifest.json")
+                tar.getmember("manifest.json")
             except KeyError:
                 return None
-            handle = tar.extractfile(member)
-            manifest = json.load(handle) if handle is not None else None
-    except (tarfile.TarError, OSError, json.JSONDecodeError) as exc:
+            manifest = _json_member(tar, "manifest.json", archive, "'manifest.json' member")
+    except (tarfile.TarError, OSError) as exc:
         raise SglxError(
             f"{archive}: unreadable image archive ({exc})",
             hint="re-create it with `docker save -o FILE IMAGE`",
             code="usage",
         ) from None
     if not isinstance(manifest, list):
-        raise SglxError(f"{archive}: manifest.json is not a list", code="usage")
-    return [
-        ArchiveImage(
-            archive=archive,
-            index=i,
-            tags=tuple(entry.get("RepoTags") or ()),
-            config=str(entry["Config"]),
-            layers=tuple(str(layer) for layer in entry["Layers"]),
-            chunks=chunks,
-        )
-        for i, entry in enumerate(manifest)
-    ]
+        raise _malformed(f"{archive}: manifest.json is {_a(manifest)}, not a list of images")
+    return [_archive_image(archive, i, entry, chunks) for i, entry in enumerate(manifest)]
+
+
+def _archive_image(archive: Path, index: int, entry: Any, chunks: tuple[Path, ...]) -> ArchiveImage:
+    """One entry of manifest.json, every field checked: it names the members read next."""
+    where = f"{archive}: manifest.json entry {index}"
+    if not isinstance(entry, dict):
+        raise _malformed(f"{where} is {_a(entry)}, not an object")
+    config = entry.get("Config")
+    if not isinstance(config, str) or not config:
+        raise _malformed(f"{where}: 'Config' is {_a(config)}, not the name of the config member")
+    layers = entry.get("Layers")
+    if not isinstance(layers, list) or not all(isinstance(x, str) and x for x in layers):
+        raise _malformed(f"{where}: 'Layers' is {_a(layers)}, not a list of layer member names")
+    tags = entry.get("RepoTags") or []
+    if not isinstance(tags, list) or not all(isinstance(x, str) for x in tags):
+        raise _malformed(f"{where}: 'RepoTags' is {_a(tags)}, not a list of image names")
+    return ArchiveImage(
+        archive=archive,
+        index=index,
+        tags=tuple(tags),
+        config=config,
+        layers=tuple(layers),
+        chunks=chunks,
+    )
+
+
+def _a(value: Any) -> str:
+    """What a JSON value is, in words, for a message."""
+    if value is None:
+        return "missing or null"
+    if isinstance(value, list) and value:
+        wrong = next((x for x in value if not isinstance(x, str) or not x), None)
+        return "a list" if wrong is None else f"a list holding {_a(wrong)}"
+    kinds = {dict: "an object", list: "an empty list", str: "a string", bool: "a boolean"}
+    return next((w for t, w in kinds.items() if isinstance(value, t)), "a number")
+
+
+def _malformed(message: str) -> SglxError:
+    return SglxError(message, hint=_RESAVE, code="corrupt")
 
 
 def unpack_archive_image(
@@ -172,27 +203,46 @@ def unpack_archive_image(
     """Apply the image's layers in order through `writer`; return the config's environment."""
     progress(f"unpacking {image.label}: {len(image.layers)} layers")
     with image.open() as tar:
-        config = _json_member(tar, image.config, image.archive)
+        what = f"config member '{image.config}'"
+        config = _json_member(tar, image.config, image.archive, what)
+        if not isinstance(config, dict):
+            raise _malformed(f"{image.archive}: the {what} is {_a(config)}, not an object")
+        try:
+            env = parse_env(config)
+        except ValueError as exc:
+            raise _malformed(f"{image.archive}: the {what}: {exc}") from None
         for layer in image.layers:
             with _member(tar, layer, image.archive) as stream:
                 try:
                     writer.apply(stream, whiteouts=True)
+                except TooLarge as exc:
+                    raise SglxError(
+                        f"{image.archive}: layer {layer} {exc}",
+                        hint="the archive is damaged or built to exhaust the scanning machine; "
+                        "do not use it",
+                        code="too_large",
+                    ) from None
                 except ValueError as exc:
                     raise SglxError(
                         f"{image.archive}: layer {layer}: {exc}",
-                        hint="only uncompressed and gzip layers are read; re-save the image "
-                        "with `docker save`",
+                        hint="only uncompressed, gzip, bzip2 and xz layers are read; re-save "
+                        "the image with `docker save`",
                         code="usage",
                     ) from None
-    return parse_env(config)
+    return env
 
 
-def _json_member(tar: tarfile.TarFile, name: str, archive: Path) -> dict[str, Any]:
+def _json_member(tar: tarfile.TarFile, name: str, archive: Path, what: str) -> Any:
+    """A JSON member of the archive, read bounded and parsed by the untrusted-input rules."""
     with _member(tar, name, archive) as handle:
-        data = json.load(handle)
-    if not isinstance(data, dict):
-        raise SglxError(f"{archive}: {name} is not a JSON object", code="usage")
-    return data
+        raw = handle.read(MAX_ARCHIVE_JSON + 1)
+    if len(raw) > MAX_ARCHIVE_JSON:
+        raise SglxError(
+            f"{archive}: the {what} is larger than {MAX_ARCHIVE_JSON >> 20} MiB; no real one is",
+            hint=_RESAVE,
+            code="too_large",
+        )
+    return parse_json(raw, path=archive, what=what, hint=_RESAVE)
 
 
 @contextmanager
@@ -217,10 +267,10 @@ def _wheelhouse_target(wheels: list[Path], image: Target, site: str, progress: P
         f"{len(wheels)} wheels unpacked together into {site} of {image.label}: system "
         "libraries resolve there",
     )
-    target = image.root / site.lstrip("/")
     progress(f"unzipping {len(wheels)} wheels into {site}")
+    writer = RootWriter(image.root, progress)
     for wheel in wheels:
-        unzip_wheel(wheel, target)
+        unzip_wheel(wheel, writer, site)
     return Target(
         kind="wheelhouse",
         label=WHEELHOUSE,
@@ -234,9 +284,11 @@ def _wheelhouse_target(wheels: list[Path], image: Target, site: str, progress: P
     )
 
 
-def unzip_wheel(wheel: Path, site: Path) -> None:
-    """Install-like unpack: `X.data/purelib` and `X.data/platlib` go to the site root."""
-    site.mkdir(parents=True, exist_ok=True)
+def unzip_wheel(wheel: Path, writer: RootWriter, site: str) -> None:
+    """Install-like unpack into the virtual folder `site` of `writer`'s root:
+    `X.data/purelib` and `X.data/platlib` go to the site root. Every file is written by
+    `writer`, so no link of the image (`site-packages/x -> /host/dir`) leads a wheel's file
+    out of the scratch root: links are followed inside it, as in the image."""
     try:
         with zipfile.ZipFile(wheel) as archive:
             for info in archive.infolist():
@@ -247,18 +299,11 @@ def unzip_wheel(wheel: Path, site: Path) -> None:
                 if (
                     len(parts) > 2
                     and parts[0].endswith(".data")
-                    and parts[1]
-                    in (
-                        "purelib",
-                        "platlib",
-                    )
+                    and parts[1] in ("purelib", "platlib")
                 ):
                     parts = parts[2:]
-                target = site.joinpath(*parts)
-                target.parent.mkdir(parents=True, exist_ok=True)
-                with archive.open(info) as source, target.open("wb") as out:
-                    while chunk := source.read(1 << 20):
-                        out.write(chunk)
+                with archive.open(info) as source:
+                    writer.add_file("/".join((site.rstrip("/"), *parts)), source)
     except (zipfile.BadZipFile, OSError) as exc:
         raise SglxError(
             f"{wheel}: unreadable wheel ({exc})", hint="re-download or rebuild it", code="usage"

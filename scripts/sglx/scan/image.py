@@ -77,10 +77,16 @@ def export_image(ref: str, dest: Path, progress: Progress) -> ImageFacts:
 
 
 def parse_env(attrs: dict[str, Any]) -> dict[str, str]:
-    """`KEY=VALUE` strings of an image config (engine attrs or an archive's config JSON)."""
+    """`KEY=VALUE` strings of an image config (engine attrs or an archive's config JSON);
+    ValueError, naming the field, when the config does not have that shape."""
     config = attrs.get("Config") or attrs.get("config") or {}
+    if not isinstance(config, dict):
+        raise ValueError("'config' is not an object")
+    items = config.get("Env") or []
+    if not isinstance(items, list) or not all(isinstance(item, str) for item in items):
+        raise ValueError("'config.Env' is not a list of KEY=VALUE strings")
     env: dict[str, str] = {}
-    for item in config.get("Env") or ():
-        key, _, value = str(item).partition("=")
+    for item in items:
+        key, _, value = item.partition("=")
         env[key] = value
     return env

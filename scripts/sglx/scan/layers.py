@@ -4,11 +4,17 @@ filesystem) or the layers of a `docker save` archive, applied in order with thei
 Every member lands inside the destination, whatever its name or the links before it:
 - names are cleaned: a leading `/` or `./` is dropped, and a name with a `..` part is skipped;
 - parent directories are resolved inside the destination as a chroot would (an absolute link
-  is re-rooted, `..` stops at the root), so a layer cannot write through a link to the host;
+  is re-rooted, `..` stops at the root, at most MAX_LINKS links in one path, in a loop rather
+  than a recursion), so a layer cannot write through a link to the host;
 - a file never replaces what a link points to: an existing entry is removed first and the file
   is created with O_EXCL | O_NOFOLLOW;
 - links are stored as they are and never followed while writing;
-- device nodes and FIFOs are skipped (a scan needs none, and creating them needs privileges);
+- device nodes and FIFOs are skipped (a scan needs none, and creating them needs privileges),
+  and so are names with a NUL byte or too long for the file system;
+- a compressed layer (gzip, bzip2, xz) is inflated in bounded steps, in constant memory, and a
+  layer, or all the layers of one root, that inflates past `max_layer_bytes` or
+  `max_total_bytes` is refused (tarfile's own `r|*` decompression inflates each 1 MiB read in
+  one piece and then copies what is left of it on every read: quadratic time and memory);
 - files the caller's `names_only` picks (a scan's sources, bytecode and text, which it never
   opens) are kept as names in `placeholders`, not written: nine in ten of an image's files are
   such, and creating, then removing, each of them was most of a scan's time.
@@ -18,25 +24,46 @@ every root filesystem has, and the checks above are the ones a root needs.
 
 from __future__ import annotations
 
+import bz2
 import errno
+import gzip
 import io
+import lzma
 import os
 import posixpath
-import shutil
 import stat
 import tarfile
+import zlib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import IO
 
 from sglx.errors import SglxError
+from sglx.scan.rootfs import Kind, Step, follow
+from sglx.util import remove_tree
 
 WHITEOUT = ".wh."
 OPAQUE = ".wh..wh..opq"
-_MAX_LINKS = 40
+MAX_LAYER_BYTES = 128 << 30
+"""Most bytes one layer's tar may inflate to (the largest real layers are some tens of GiB)."""
+MAX_TOTAL_BYTES = 512 << 30
+"""Most bytes all the layers of one image may inflate to."""
 _PROGRESS_BYTES = 512 << 20
 _STREAM_READ = 1 << 20
+# First bytes of a compressed layer -> how to inflate it in bounded steps.
+_COMPRESSED: tuple[tuple[bytes, str, Callable[[IO[bytes]], io.BufferedIOBase]], ...] = (
+    (b"\x1f\x8b", "gzip", lambda raw: gzip.GzipFile(fileobj=raw, mode="rb")),
+    (b"BZh", "bzip2", lambda raw: bz2.BZ2File(raw, mode="rb")),
+    (b"\xfd7zXZ\x00", "xz", lambda raw: lzma.LZMAFile(raw, mode="rb")),  # noqa: SIM115
+)
+_ZSTD = b"\x28\xb5\x2f\xfd"
+_INFLATE_ERRORS = (OSError, EOFError, zlib.error, lzma.LZMAError)
+
+
+class TooLarge(ValueError):
+    """A layer, or an image, that inflates past the bounds its RootWriter was given."""
 
 
 @dataclass
@@ -54,7 +81,7 @@ class IterStream(io.RawIOBase):
 
     def __init__(self, chunks: Iterator[bytes]) -> None:
         self._chunks = chunks
-        self._pending = b""
+        self._pending = memoryview(b"")
 
     def readable(self) -> bool:
         return True
@@ -62,13 +89,71 @@ class IterStream(io.RawIOBase):
     def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
         while not self._pending:
             try:
-                self._pending = next(self._chunks)
+                self._pending = memoryview(next(self._chunks))
             except StopIteration:
                 return 0
         size = min(len(buffer), len(self._pending))
         buffer[:size] = self._pending[:size]
         self._pending = self._pending[size:]
         return size
+
+
+class _Inflated(io.RawIOBase):
+    """The tar bytes of one layer, counted against the bounds as they are read."""
+
+    def __init__(
+        self, source: IO[bytes] | io.BufferedIOBase, kind: str, writer: RootWriter
+    ) -> None:
+        self._source = source
+        self._kind = kind
+        self._writer = writer
+        self._read = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
+        try:
+            data = self._source.read(len(buffer))
+        except _INFLATE_ERRORS as exc:
+            if self._kind == "tar":
+                raise
+            raise ValueError(f"not a readable {self._kind} stream ({exc})") from None
+        size = len(data)
+        buffer[:size] = data
+        writer = self._writer
+        self._read += size
+        writer.inflated += size
+        if self._read > writer.max_layer_bytes:
+            raise TooLarge(
+                f"inflates to more than {_gib(writer.max_layer_bytes)} ({self._kind}); "
+                "no real layer is this large"
+            )
+        if writer.inflated > writer.max_total_bytes:
+            raise TooLarge(
+                f"brings the image's layers past {_gib(writer.max_total_bytes)} in all "
+                f"({self._kind}); no real image is this large"
+            )
+        return size
+
+
+def _gib(size: int) -> str:
+    return f"{size / (1 << 30):g} GiB" if size >= 1 << 30 else f"{size >> 20} MiB"
+
+
+def _tar_stream(fileobj: IO[bytes], writer: RootWriter) -> IO[bytes]:
+    """The uncompressed tar of a layer, bounded by `writer`'s limits."""
+    raw = fileobj if isinstance(fileobj, io.BufferedReader) else None
+    if raw is None:
+        chunks = iter(partial(fileobj.read, _STREAM_READ), b"")
+        raw = io.BufferedReader(IterStream(chunks), _STREAM_READ)
+    head = raw.peek(6)[:6]
+    if head.startswith(_ZSTD):
+        raise ValueError("compressed with zstd, which sglx cannot read")
+    for magic, kind, inflate in _COMPRESSED:
+        if head.startswith(magic):
+            return io.BufferedReader(_Inflated(inflate(raw), kind, writer), _STREAM_READ)
+    return io.BufferedReader(_Inflated(raw, "tar", writer), _STREAM_READ)
 
 
 class RootWriter:
@@ -79,13 +164,19 @@ class RootWriter:
         root: Path,
         progress: Callable[[str], None],
         names_only: Callable[[str], bool] = lambda name: False,
+        *,
+        max_layer_bytes: int = MAX_LAYER_BYTES,
+        max_total_bytes: int = MAX_TOTAL_BYTES,
     ) -> None:
         root.mkdir(parents=True, exist_ok=True)
         self.root = str(root.resolve())
         self.progress = progress
         self.names_only = names_only
+        self.max_layer_bytes = max_layer_bytes
+        self.max_total_bytes = max_total_bytes
+        self.inflated = 0  # tar bytes read from every layer so far
         self.stats = ExtractStats()
-        self._dirs: dict[str, str] = {"/": "/"}  # virtual dir -> canonical virtual dir
+        self._dirs: dict[str, Step] = {}  # virtual dir -> where it led (directories only)
         # host dir -> names of the regular files kept as names only; such a name has nothing
         # on disk, and each new entry at its path releases it first (`_replace`).
         self._held: dict[str, set[str]] = {}
@@ -104,11 +195,17 @@ class RootWriter:
     def apply(self, fileobj: IO[bytes], *, whiteouts: bool) -> None:
         """Apply one tar stream (plain or compressed) on top of what is already in the root."""
         created: set[str] = set()  # entries this layer made: opaque dirs keep them
+        stream = _tar_stream(fileobj, self)
         try:
             # 1 MiB reads, not tarfile's 10 KiB records: a sixth less unpack time (cpu image).
-            with tarfile.open(fileobj=fileobj, mode="r|*", bufsize=_STREAM_READ) as archive:
+            with tarfile.open(fileobj=stream, mode="r|", bufsize=_STREAM_READ) as archive:
                 for member in archive:
-                    self._member(archive, member, whiteouts, created)
+                    try:
+                        self._member(archive, member, whiteouts, created)
+                    except OSError as exc:
+                        if exc.errno != errno.ENAMETOOLONG:
+                            raise
+                        self.stats.skip("name too long")
         except tarfile.TarError as exc:
             raise ValueError(f"not a readable tar stream ({exc})") from None
         except OSError as exc:
@@ -151,6 +248,9 @@ class RootWriter:
             else:
                 self._write_file(archive, member, target)
         elif member.issym():
+            if "\0" in member.linkname:
+                self.stats.skip("unsafe name")
+                return
             self._replace(target)
             Path(target).symlink_to(member.linkname)
         elif member.islnk():
@@ -160,16 +260,32 @@ class RootWriter:
             self.stats.skip("device node or fifo")
 
     def _write_file(self, archive: tarfile.TarFile, member: tarfile.TarInfo, target: str) -> None:
-        source = archive.extractfile(member)
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-        fd = os.open(target, flags, (member.mode & 0o777) | 0o600)
-        with os.fdopen(fd, "wb") as out:
-            if source is not None:
-                shutil.copyfileobj(source, out, 1 << 20)
+        self._create(target, archive.extractfile(member), member.mode)
         self.stats.bytes += member.size
         if self.stats.bytes >= self._next_report:
             self._next_report += _PROGRESS_BYTES
             self.progress(f"unpacked {self.stats.bytes >> 20} MiB ({self.stats.members} entries)")
+
+    def _create(self, target: str, source: IO[bytes] | None, mode: int) -> None:
+        """A new regular file at `target` (never through a link) holding what `source` reads."""
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+        fd = os.open(target, flags, (mode & 0o777) | 0o600)
+        with os.fdopen(fd, "wb") as out:
+            while source is not None and (chunk := source.read(_STREAM_READ)):
+                out.write(chunk)
+
+    def add_file(self, vpath: str, source: IO[bytes], mode: int = 0o644) -> bool:
+        """Write one file at virtual path `vpath` from an archive other than a layer (a wheel),
+        under the same rules; False when its name or folder is unsafe (then nothing is written)."""
+        clean = clean_name(vpath)
+        parent, name = posixpath.split(clean or "/")
+        host_parent = None if clean is None or not name else self._dir(parent)
+        if host_parent is None:
+            return False
+        target = f"{host_parent}/{name}" if host_parent != "/" else f"/{name}"
+        self._replace(target)
+        self._create(target, source, mode)
+        return True
 
     def _hard_link(self, linkname: str, target: str) -> None:
         source_v = clean_name(linkname)
@@ -211,12 +327,12 @@ class RootWriter:
         except FileNotFoundError:
             return
         if stat.S_ISDIR(st.st_mode):
-            shutil.rmtree(target)
+            remove_tree(Path(target))
             for folder in [f for f in self._held if f == target or f.startswith(target + "/")]:
                 del self._held[folder]
         else:
             Path(target).unlink()
-        self._dirs = {"/": "/"}
+        self._dirs = {}
 
     def _whiteout(self, parent: str, name: str, created: set[str]) -> None:
         host_parent = self._dir(parent, create=False)
@@ -239,54 +355,44 @@ class RootWriter:
 
     def _dir(self, vdir: str, *, create: bool = True) -> str | None:
         """Host path of directory `vdir`, links followed inside the root; made if missing."""
-        canonical = self._canonical_dir(vdir, create, 0)
-        if canonical is None:
+        lookup = self._make_missing if create else self._entry
+        step = follow(lookup, vdir, self._dirs, _is_dir)
+        if step.path is None or step.kind is not Kind.DIR:
             return None
-        return self.root if canonical == "/" else self.root + canonical
+        return self.root if step.path == "/" else self.root + step.path
 
-    def _canonical_dir(self, vdir: str, create: bool, depth: int) -> str | None:
-        vdir = posixpath.normpath(vdir) if vdir not in ("", "/") else "/"
-        if vdir.startswith("//"):
-            vdir = vdir[1:]
-        if vdir in self._dirs:
-            return self._dirs[vdir]
-        if depth > _MAX_LINKS:
-            return None
-        head, name = posixpath.split(vdir)
-        parent = self._canonical_dir(head, create, depth)
-        if parent is None:
-            return None
-        here = f"{parent.rstrip('/')}/{name}"
-        host = self.root + here
+    def _entry(self, directory: str, name: str) -> tuple[Kind | None, str | None]:
+        host = f"{self.root}{directory.rstrip('/')}/{name}"
         if self._is_held(host):
-            return None  # a regular file
+            return Kind.FILE, None  # a regular file kept as its name
         try:
             st = os.lstat(host)
         except FileNotFoundError:
-            if not create:
-                return None
-            Path(host).mkdir(mode=0o755)
-            st = os.lstat(host)
+            return None, None
         if stat.S_ISLNK(st.st_mode):
-            link = str(Path(host).readlink())
-            target = link if link.startswith("/") else f"{parent.rstrip('/')}/{link}"
-            found = self._canonical_dir(target, create, depth + 1)
-        elif stat.S_ISDIR(st.st_mode):
-            found = here
-        else:
-            found = None
-        if found is not None:
-            self._dirs[vdir] = found
-        return found
+            return Kind.LINK, str(Path(host).readlink())
+        return (Kind.DIR if stat.S_ISDIR(st.st_mode) else Kind.FILE), None
+
+    def _make_missing(self, directory: str, name: str) -> tuple[Kind | None, str | None]:
+        found = self._entry(directory, name)
+        if found[0] is not None:
+            return found
+        Path(f"{self.root}{directory.rstrip('/')}/{name}").mkdir(mode=0o755)
+        return Kind.DIR, None
 
     def _is_held(self, host: str) -> bool:
         head, _, name = host.rpartition("/")
         return name in self._held.get(head, ())
 
 
+def _is_dir(step: Step) -> bool:
+    return step.kind is Kind.DIR
+
+
 def clean_name(name: str) -> str | None:
-    """The virtual path of a tar member name, None if it tries to leave the root."""
+    """The virtual path of a tar member name, None if it tries to leave the root or holds a
+    NUL byte (no file system name can)."""
     parts = [p for p in name.replace("\\", "/").split("/") if p not in ("", ".")]
-    if any(p == ".." for p in parts):
+    if any(p == ".." for p in parts) or "\0" in name:
         return None
     return "/" + "/".join(parts)

@@ -4,7 +4,10 @@ Paths inside the root ("virtual paths") always start with `/`. Symbolic links ar
 the root only: an absolute target is re-rooted, `..` stops at the root, and a link that loops or
 points nowhere resolves to None. Nothing is ever followed onto the scanning machine's own files.
 `..` is resolved physically (the parent of where a link led), as the kernel does when the loader
-opens `$ORIGIN/../lib/libfoo.so`.
+opens `$ORIGIN/../lib/libfoo.so`. As in the kernel, one lookup follows at most MAX_LINKS links in
+all; past that the loader's open() fails with ELOOP, and the path resolves to None here. The walk
+is a loop, not a recursion, so a tree thousands of folders deep or a long chain of links costs
+time in proportion, never Python's recursion limit.
 
 Directory listings and resolutions are cached: a scan resolves the same few hundred directories
 hundreds of thousands of times.
@@ -17,9 +20,13 @@ from __future__ import annotations
 
 import fnmatch
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
+
+MAX_LINKS = 40
+"""Links one path lookup may follow: Linux's MAXSYMLINKS (the 41st fails open() with ELOOP)."""
 
 
 class Kind(Enum):
@@ -27,6 +34,81 @@ class Kind(Enum):
     DIR = "dir"
     LINK = "link"
     OTHER = "other"
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """Where a path lookup ended: the canonical virtual path and what is there (both None when
+    nothing is), and how many links the lookup followed to get there."""
+
+    path: str | None
+    kind: Kind | None
+    links: int
+
+
+Lookup = Callable[[str, str], "tuple[Kind | None, str | None]"]
+"""(canonical dir, name) -> what `name` is in that dir (None: nothing), and a link's target."""
+
+_ROOT = Step("/", Kind.DIR, 0)
+
+
+def follow(
+    lookup: Lookup, vpath: str, cache: dict[str, Step], keep: Callable[[Step], bool]
+) -> Step:
+    """Look `vpath` up from `/` as the kernel walks a path, component by component, following
+    links inside the root (see the module docstring). Every prefix the walk completes is kept
+    in `cache` when `keep` accepts its step, and a later lookup starts from its longest cached
+    prefix: a step records its own link count, so the MAX_LINKS budget stays exact."""
+    found = cache.get(vpath)
+    if found is not None:
+        return found
+    parts = [p for p in vpath.split("/") if p]
+    prefix = "/" + "/".join(parts)
+    done = len(parts)
+    start = cache.get(prefix)
+    while start is None and done:
+        prefix = prefix[: prefix.rfind("/")] or "/"
+        done -= 1
+        start = cache.get(prefix)
+    step = start or _ROOT
+    for part in parts[done:]:
+        step = _advance(lookup, step, part)
+        prefix = f"/{part}" if prefix == "/" else f"{prefix}/{part}"
+        if keep(step):
+            cache[prefix] = step
+        if step.path is None:
+            break
+    if keep(step):
+        cache[vpath] = step
+    return step
+
+
+def _advance(lookup: Lookup, start: Step, part: str) -> Step:
+    """The step after one more component of a path, with the links it names followed."""
+    current, kind, links = start.path, start.kind, start.links
+    pending = [part]
+    while pending:
+        name = pending.pop()
+        if current is None or kind is not Kind.DIR:
+            return Step(None, None, links)  # ENOTDIR, or nothing there
+        if name in ("", "."):
+            continue
+        if name == "..":
+            current = current.rpartition("/")[0] or "/"
+            continue
+        found, target = lookup(current, name)
+        if found is Kind.LINK:
+            links += 1
+            if links > MAX_LINKS or target is None:
+                return Step(None, None, links)  # ELOOP, or an unreadable link
+            if target.startswith("/"):
+                current = "/"
+            pending.extend(reversed(target.split("/")))
+            continue
+        if found is None:
+            return Step(None, None, links)
+        current, kind = _join(current, name), found
+    return Step(current, kind, links)
 
 
 class RootFS:
@@ -40,8 +122,7 @@ class RootFS:
         # Host path of virtual path v is self._prefix + v ("" for the machine's own /).
         self._prefix = "" if str(self.root) == "/" else str(self.root)
         self._listings: dict[str, dict[str, Kind] | None] = {}
-        self._resolved: dict[str, str | None] = {}
-        self._resolving: set[str] = set()
+        self._resolved: dict[str, Step] = {}
 
     def __repr__(self) -> str:
         return f"RootFS({str(self.root)!r})"
@@ -83,40 +164,17 @@ class RootFS:
 
     def resolve(self, vpath: str) -> str | None:
         """The canonical virtual path of what `vpath` names, following every link; None if none."""
-        path = vpath.rstrip("/")
-        if not path:
-            return "/"
-        if path in self._resolved:
-            return self._resolved[path]
-        if path in self._resolving:
-            return None  # a symbolic link loop
-        self._resolving.add(path)
-        try:
-            result = self._resolve_last(path)
-        finally:
-            self._resolving.discard(path)
-        self._resolved[path] = result
-        return result
+        return follow(self._entry, vpath, self._resolved, _always).path
 
-    def _resolve_last(self, path: str) -> str | None:
-        head, _, name = path.rpartition("/")
-        parent = self.resolve(head or "/")
-        entries = None if parent is None else self.listing(parent)
-        if parent is None or entries is None:
-            return None
-        if name in ("", "."):
-            return parent
-        if name == "..":
-            return parent.rpartition("/")[0] or "/"
-        kind = entries.get(name)
-        here = _join(parent, name)
+    def _entry(self, directory: str, name: str) -> tuple[Kind | None, str | None]:
+        entries = self.listing(directory)
+        kind = None if entries is None else entries.get(name)
         if kind is not Kind.LINK:
-            return None if kind is None else here
+            return kind, None
         try:
-            target = str(Path(self.host_path(here)).readlink())
+            return kind, str(Path(self.host_path(_join(directory, name))).readlink())
         except OSError:
-            return None
-        return self.resolve(target if target.startswith("/") else f"{parent}/{target}")
+            return kind, None
 
     def kind(self, canonical: str) -> Kind | None:
         """What a canonical path is (a resolved path is never a link)."""
@@ -160,6 +218,10 @@ class RootFS:
                         following.append(_join(base, name))
             current = following
         return current
+
+
+def _always(step: Step) -> bool:
+    return True
 
 
 def _join(base: str, name: str) -> str:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -192,18 +193,16 @@ def _compare_tensors(
     stats = TensorStats()
     dst = {t.name: t for t in converted.tensors}
     fds: dict[tuple[str, str], int] = {}
-    try:
+    with ExitStack() as stack:
         for side, ckpt in (("src", source), ("dst", converted)):
             for shard in ckpt.shards:
-                fds[(side, shard.path.name)] = os.open(shard.path, os.O_RDONLY)
+                name = shard.path.name
+                fds[(side, name)] = stack.enter_context(ckpt.open(name)).fileno()
         progress(f"comparing {len(source.tensors)} tensors")
         for tensor in source.tensors:
             other = dst.get(tensor.name)
             if other is not None and other.shape == tensor.shape:
                 _compare_tensor(tensor, other, fds, stats)
-    finally:
-        for fd in fds.values():
-            os.close(fd)
     return stats
 
 

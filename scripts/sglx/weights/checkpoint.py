@@ -6,17 +6,28 @@ before a byte is written: every shard the index names exists and has a sound hea
 the index names is in the shard it names, and no shard holds a tensor the index does not list
 (a stale index). Other top-level files (config, tokenizer, generation config, chat template) are
 carried over; other weight formats and sub-folders are not, and are listed as skipped.
+
+A checkpoint comes from outside, so every file sglx reads from it must be a regular file of the
+checkpoint itself: a symlink is followed only when it resolves inside the folder (or, for a
+Hugging Face cache snapshot, `models--ORG--NAME/snapshots/REV/`, inside that repository's
+`blobs/` folder, where the cache keeps the files its snapshot links point to). A link to
+anything else (`tokenizer_config.json -> /etc/shadow`) would copy a host file into the
+converted model and from there into an image; it is refused, naming the file, and so are
+FIFOs, devices and sockets, which would hang the reader or feed it forever.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, Literal
 
 from sglx.errors import SglxError
+from sglx.untrusted import file_kind, open_regular
 from sglx.weights.bounded_json import MAX_CONFIG_BYTES, MAX_INDEX_BYTES, read_json_file
 from sglx.weights.manifest import MANIFEST_NAME
 from sglx.weights.safetensors_io import SafetensorsFile, TensorEntry, read_header
@@ -51,8 +62,80 @@ class Checkpoint:
     def weight_bytes(self) -> int:
         return sum(shard.size for shard in self.shards)
 
+    def open(self, name: str) -> BinaryIO:
+        """The checkpoint's file `name`, opened for reading (never blocking on a FIFO); the
+        rules of `read_checkpoint` are applied again to what was opened, so a file swapped
+        since for a link that leaves the checkpoint is refused."""
+        path = self.root / name
+        handle = open_regular(path, what="checkpoint file", hint=_FIX)
+        try:
+            source_kind(path, trusted_roots(self.root))
+            same = os.path.samestat(os.fstat(handle.fileno()), path.stat())
+        except OSError:
+            same = False
+        except BaseException:
+            handle.close()
+            raise
+        if not same:
+            handle.close()
+            raise SglxError(
+                f"{path}: the file changed while it was being read",
+                hint="leave the checkpoint alone while it converts, then convert again",
+                code="environment",
+                path=str(path),
+            )
+        return handle
 
-def _shard_path(root: Path, index: Path, name: str) -> Path:
+
+SourceKind = Literal["file", "folder", "missing"]
+_FIX = "put the file itself in the checkpoint folder if it belongs to the model, or remove it"
+
+
+def trusted_roots(root: Path) -> tuple[Path, ...]:
+    """The folders (resolved) that the files of the checkpoint `root` may resolve into."""
+    real = Path(os.path.realpath(root))
+    if real.parent.name == "snapshots":  # a Hugging Face cache snapshot: links to ../../blobs
+        return real, real.parent.parent / "blobs"
+    return (real,)
+
+
+def source_kind(path: Path, roots: tuple[Path, ...]) -> SourceKind:
+    """What the checkpoint entry `path` is, following links: a regular file or a folder, or
+    missing (a dangling link). A file that resolves outside `roots`, a FIFO, a device or a
+    socket is refused with an error naming `path`; folders are never read, so not judged."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return "missing"
+    except OSError as exc:  # ELOOP, EACCES, ...
+        raise SglxError(
+            f"{path}: cannot read the checkpoint file: {exc.strerror}",
+            hint=_FIX,
+            code="not_regular",
+            path=str(path),
+        ) from None
+    if stat.S_ISDIR(mode):
+        return "folder"
+    real = Path(os.path.realpath(path))
+    if not any(real.is_relative_to(root) for root in roots):
+        raise SglxError(
+            f"{path}: a link to {real}, outside the checkpoint folder; sglx carries only the "
+            "checkpoint's own files",
+            hint=_FIX,
+            code="link_outside",
+            path=str(path),
+        )
+    if not stat.S_ISREG(mode):
+        raise SglxError(
+            f"{path}: the checkpoint file is {file_kind(mode)}, not a regular file",
+            hint=_FIX,
+            code="not_regular",
+            path=str(path),
+        )
+    return "file"
+
+
+def _shard_path(root: Path, index: Path, name: str, roots: tuple[Path, ...]) -> Path:
     if "/" in name or "\\" in name or name in ("", ".", ".."):
         raise SglxError(
             f"{index}: weight_map names '{name}', which is not a file in the checkpoint folder",
@@ -61,7 +144,7 @@ def _shard_path(root: Path, index: Path, name: str) -> Path:
             path=str(index),
         )
     path = root / name
-    if not path.is_file():
+    if source_kind(path, roots) != "file":
         raise SglxError(
             f"{index}: shard '{name}' named by the index is missing from {root}",
             hint="copy every shard the index lists (an interrupted download leaves some out)",
@@ -71,7 +154,9 @@ def _shard_path(root: Path, index: Path, name: str) -> Path:
     return path
 
 
-def _read_indexed(root: Path, index: Path) -> tuple[Mapping[str, Any], tuple[SafetensorsFile, ...]]:
+def _read_indexed(
+    root: Path, index: Path, roots: tuple[Path, ...]
+) -> tuple[Mapping[str, Any], tuple[SafetensorsFile, ...]]:
     document = read_json_file(index, what="safetensors index", max_bytes=MAX_INDEX_BYTES)
     weight_map = document.get("weight_map") if isinstance(document, dict) else None
     if not isinstance(weight_map, dict) or not all(
@@ -93,7 +178,7 @@ def _read_indexed(root: Path, index: Path) -> tuple[Mapping[str, Any], tuple[Saf
             path=str(index),
         )
     names = sorted(set(weight_map.values()))
-    shards = tuple(read_header(_shard_path(root, index, name)) for name in names)
+    shards = tuple(read_header(_shard_path(root, index, name, roots)) for name in names)
     held = {shard.path.name: {t.name for t in shard.tensors} for shard in shards}
     for tensor, shard_name in weight_map.items():
         if tensor not in held[shard_name]:
@@ -128,9 +213,13 @@ def read_checkpoint(root: Path) -> Checkpoint:
             code="usage",
             path=str(root),
         )
+    roots = trusted_roots(root)
     entries = sorted(root.iterdir(), key=lambda p: p.name)
-    indexes = [p for p in entries if p.name.endswith(INDEX_SUFFIX) and p.is_file()]
-    singles = [p for p in entries if p.name.endswith(WEIGHTS_SUFFIX) and p.is_file()]
+    # Every entry sglx may read is judged first (hidden ones are never read).
+    kinds = {p.name: source_kind(p, roots) for p in entries if not p.name.startswith(".")}
+    files = [p for p in entries if kinds.get(p.name) == "file"]
+    indexes = [p for p in files if p.name.endswith(INDEX_SUFFIX)]
+    singles = [p for p in files if p.name.endswith(WEIGHTS_SUFFIX)]
     if len(indexes) > 1:
         raise SglxError(
             f"{root}: several safetensors indexes ({', '.join(p.name for p in indexes)})",
@@ -140,7 +229,7 @@ def read_checkpoint(root: Path) -> Checkpoint:
         )
     index_metadata: Mapping[str, Any] = {}
     if indexes:
-        index_metadata, shards = _read_indexed(root, indexes[0])
+        index_metadata, shards = _read_indexed(root, indexes[0], roots)
     elif len(singles) == 1:
         shards = (read_header(singles[0]),)
     elif not singles:
@@ -177,8 +266,10 @@ def read_checkpoint(root: Path) -> Checkpoint:
             continue
         if name.startswith("."):
             skipped.append((name, "hidden"))
-        elif not path.is_file():
-            skipped.append((name, "not a regular file (sub-folders are not carried)"))
+        elif kinds[name] == "missing":
+            skipped.append((name, "a link to nothing (dangling)"))
+        elif kinds[name] == "folder":
+            skipped.append((name, "a folder (sub-folders are not carried)"))
         elif name.endswith(WEIGHTS_SUFFIX) and _SHARD_NAME.fullmatch(name):
             raise SglxError(
                 f"{root}: shard '{name}' is not named by {indexes[0].name}",
@@ -198,7 +289,7 @@ def read_checkpoint(root: Path) -> Checkpoint:
     config_path = root / CONFIG_NAME
     config = (
         read_json_file(config_path, what="model config", max_bytes=MAX_CONFIG_BYTES)
-        if config_path.is_file()
+        if kinds.get(CONFIG_NAME) == "file"
         else None
     )
     if config is not None and not isinstance(config, dict):

@@ -38,7 +38,7 @@ from sglx import __version__
 from sglx.errors import SglxError
 from sglx.profile.schema import Profile
 from sglx.report import Result, Table
-from sglx.util import CHUNK
+from sglx.util import CHUNK, sha256_file
 from sglx.weights.checkpoint import CONFIG_NAME, Checkpoint, read_checkpoint
 from sglx.weights.dtypes import CODE_TO_PROFILE
 from sglx.weights.manifest import (
@@ -99,11 +99,12 @@ class _Meter:
             )
 
 
-def _hash_file(path: Path, stop: threading.Event) -> FileRecord:
+def _hash_file(checkpoint: Checkpoint, name: str, stop: threading.Event) -> FileRecord:
+    path = checkpoint.root / name
     digest = hashlib.sha256()
     size = 0
     try:
-        with path.open("rb") as handle:
+        with checkpoint.open(name) as handle:
             while chunk := handle.read(CHUNK * 4):
                 if stop.is_set():
                     raise SglxError("source hashing stopped", code="interrupted")
@@ -111,7 +112,7 @@ def _hash_file(path: Path, stop: threading.Event) -> FileRecord:
                 size += len(chunk)
     except OSError as exc:
         raise read_failed(path, exc) from None
-    return FileRecord(name=path.name, size=size, sha256=digest.hexdigest())
+    return FileRecord(name=name, size=size, sha256=digest.hexdigest())
 
 
 def read_failed(path: Path, exc: OSError) -> SglxError:
@@ -221,14 +222,11 @@ def _write_text(folder: Path, name: str, text: str) -> FileRecord:
     return FileRecord(name=name, size=len(data), sha256=hashlib.sha256(data).hexdigest())
 
 
-def _copy_file(src: Path, folder: Path) -> FileRecord:
-    try:
-        source = src.open("rb")
-    except OSError as exc:
-        raise read_failed(src, exc) from None
-    with source, (folder / src.name).open("xb") as target:
+def _copy_file(checkpoint: Checkpoint, name: str, folder: Path) -> FileRecord:
+    with checkpoint.open(name) as source, (folder / name).open("xb") as target:
         shutil.copyfileobj(source, target)
-    return _hash_file(folder / src.name, threading.Event())
+    copied = folder / name
+    return FileRecord(name=name, size=copied.stat().st_size, sha256=sha256_file(copied))
 
 
 def retarget_config(config: Mapping[str, Any], dtype_name: str) -> dict[str, Any]:
@@ -307,20 +305,17 @@ def _write_all(
     with ExitStack() as stack:
         fds: dict[str, int] = {}
         for source in checkpoint.shards:
-            try:
-                fds[source.path.name] = os.open(source.path, os.O_RDONLY)
-            except OSError as exc:
-                raise read_failed(source.path, exc) from None
-            stack.callback(os.close, fds[source.path.name])
+            name = source.path.name
+            fds[name] = stack.enter_context(checkpoint.open(name)).fileno()
         hasher = ThreadPoolExecutor(1, thread_name_prefix="sglx-hash")
         stack.callback(hasher.shutdown, wait=True, cancel_futures=True)
         # A verbatim shard's output digest is its source digest: no second read.
         verbatim = {s.verbatim.path.name for s in plan.shards if s.verbatim is not None}
-        source_paths = [s.path for s in checkpoint.shards if s.path.name not in verbatim]
+        source_names = [s.path.name for s in checkpoint.shards if s.path.name not in verbatim]
         if checkpoint.index_name:
-            source_paths.append(checkpoint.root / checkpoint.index_name)
-        source_paths += [checkpoint.root / name for name in checkpoint.carried]
-        source_hashes = [hasher.submit(_hash_file, p, stop) for p in source_paths]
+            source_names.append(checkpoint.index_name)
+        source_names += checkpoint.carried
+        source_hashes = [hasher.submit(_hash_file, checkpoint, n, stop) for n in source_names]
         pool = ThreadPoolExecutor(jobs, thread_name_prefix="sglx-convert")
         stack.callback(pool.shutdown, wait=True, cancel_futures=True)
         # Shards are written `jobs` at a time: each has its own digest thread, and one sha256
@@ -347,7 +342,7 @@ def _write_all(
                 text = json.dumps(config, indent=2, sort_keys=True) + "\n"
                 outputs.append(_write_text(staging, name, text))
             else:
-                outputs.append(_copy_file(checkpoint.root / name, staging))
+                outputs.append(_copy_file(checkpoint, name, staging))
         progress("hashing the source checkpoint")
         sources = [future.result() for future in source_hashes]
         sources += [record for record in outputs if record.name in verbatim]

@@ -21,10 +21,15 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
+from sglx import untrusted
 from sglx.errors import SglxError
 from sglx.util import atomic_write_text
 
 MANIFEST_NAME = "sglx-weights.json"
+MAX_MANIFEST_BYTES = 256 << 20
+"""Largest manifest read. A tensor's record takes about 250 bytes, so this holds a million
+tensors (a 60-layer MoE with 384 experts has some 200k); a damaged or hostile file (a 1 GiB
+sparse one) is refused after reading this much, not read whole."""
 FORMAT: Literal["sglx-weights"] = "sglx-weights"
 FORMAT_VERSION: Literal[1] = 1
 Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
@@ -100,22 +105,27 @@ def manifest_path(path: Path) -> Path:
 
 
 def read_manifest(path: Path) -> Manifest:
-    """Load and validate the manifest of a converted model folder (or the manifest file)."""
+    """Load and validate the manifest of a converted model folder (or the manifest file).
+
+    It comes with the weights, from outside: it is read only if a regular file of at most
+    MAX_MANIFEST_BYTES, and parsed under sglx.untrusted's rules (no repeated key, bounded
+    nesting) before the schema is applied."""
     file = manifest_path(path)
-    if not file.is_file():
+    if not file.exists():
         raise SglxError(
             f"{file}: no weights manifest",
             hint="this folder was not written by 'sglx weights convert'; convert the checkpoint",
             code="no_manifest",
             path=str(file),
         )
+    fix = "re-copy the converted model with its manifest, or convert the checkpoint again"
+    raw = untrusted.read_bounded(
+        file, what="weights manifest", max_bytes=MAX_MANIFEST_BYTES, hint=fix
+    )
+    untrusted.parse_json(raw, path=file, what="weights manifest", hint=fix)
     try:
         # JSON mode: strict models still take JSON arrays for tuples.
-        return Manifest.model_validate_json(file.read_bytes())
-    except OSError as exc:
-        raise SglxError(
-            f"{file}: not readable JSON: {exc}", code="corrupt", path=str(file)
-        ) from None
+        return Manifest.model_validate_json(raw)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "(top level)"

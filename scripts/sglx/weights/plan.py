@@ -18,6 +18,7 @@ from functools import cached_property
 from typing import Any
 
 from sglx.errors import SglxError
+from sglx.untrusted import open_regular
 from sglx.weights.checkpoint import Checkpoint
 from sglx.weights.dtypes import Dtype
 from sglx.weights.policy import DtypePolicy
@@ -69,7 +70,7 @@ class ShardPlan:
     @cached_property
     def header(self) -> bytes:
         if self.verbatim is not None:
-            with self.verbatim.path.open("rb") as handle:
+            with open_regular(self.verbatim.path, what="safetensors file") as handle:
                 return handle.read(self.verbatim.data_start)
         return encode_header(
             [(t.source.name, t.dtype.code, t.source.shape, t.nbytes) for t in self.tensors],

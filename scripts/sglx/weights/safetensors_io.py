@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from sglx.errors import SglxError
+from sglx.untrusted import open_regular
 from sglx.weights.bounded_json import parse_json
 from sglx.weights.dtypes import Dtype, lookup
 
@@ -97,9 +99,10 @@ def _parse_entry(path: Path, name: str, raw: Any, data_start: int) -> TensorEntr
 
 def read_header(path: Path) -> SafetensorsFile:
     """Read and check the header of `path`; raise a clear `SglxError` for any damage."""
+    handle = open_regular(path, what="safetensors file")  # a FIFO would hang the read
     try:
-        size = path.stat().st_size
-        with path.open("rb") as handle:
+        with handle:
+            size = os.fstat(handle.fileno()).st_size
             length_raw = handle.read(LENGTH_BYTES)
             if len(length_raw) < LENGTH_BYTES:
                 raise _fail(

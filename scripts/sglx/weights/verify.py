@@ -1,21 +1,25 @@
 """`sglx weights verify`: is a converted model folder exactly what its manifest says?
 
-Every file the manifest lists must be there with its size and sha256; no other file may be
-there (a stray shard or an edited config would change what the server loads); and every shard's
-header must list the tensors, dtypes and shapes the manifest records. Each difference is a
-finding (exit 1). Files are hashed on several threads (hashlib releases the GIL).
+Every file the manifest lists must be there, a regular file with its size and sha256; no other
+file may be there (a stray shard or an edited config would change what the server loads); and
+every shard's header must list the tensors, dtypes and shapes the manifest records. Only files
+the manifest lists are opened, and only regular ones (a FIFO would hang the reader). Each
+difference is a finding (exit 1). Files are hashed on several threads (hashlib releases the GIL).
 """
 
 from __future__ import annotations
 
+import hashlib
+import io
 import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import cast
 
 from sglx.errors import SglxError
 from sglx.report import Finding, Result, Table
-from sglx.util import sha256_file
+from sglx.untrusted import open_regular
 from sglx.weights.manifest import (
     MANIFEST_NAME,
     FileRecord,
@@ -31,29 +35,37 @@ PROGRESS_MIN_BYTES = 64 << 20  # one progress line per file at least this large
 
 def _check_file(folder: Path, record: FileRecord) -> tuple[str, Finding | None]:
     path = folder / record.name
-    if not path.is_file():
-        return "missing", Finding(
-            "missing_file",
-            f"{record.name} is listed in the manifest but missing",
-            path=str(path),
-            hint="re-copy the converted model, or convert it again",
-        )
-    size = path.stat().st_size
-    if size != record.size:
-        return "size differs", Finding(
-            "size_mismatch",
-            f"{record.name} is {size} bytes, the manifest says {record.size} (cut short or "
-            "replaced)",
-            path=str(path),
-            hint="re-copy the converted model, or convert it again",
-        )
-    if sha256_file(path) != record.sha256:
-        return "sha256 differs", Finding(
-            "checksum_mismatch",
-            f"{record.name}: sha256 differs from the manifest (the file was changed)",
-            path=str(path),
-            hint="re-copy the converted model, or convert it again",
-        )
+    fix = "re-copy the converted model, or convert it again"
+    try:
+        handle = open_regular(path, what="weights file", hint=fix)
+    except SglxError as exc:
+        if exc.code == "not_found":
+            return "missing", Finding(
+                "missing_file",
+                f"{record.name} is listed in the manifest but missing",
+                path=str(path),
+                hint=fix,
+            )
+        return "not a file", Finding(exc.code, exc.message, path=str(path), hint=exc.hint)
+    with handle:
+        size = os.fstat(handle.fileno()).st_size
+        if size != record.size:
+            return "size differs", Finding(
+                "size_mismatch",
+                f"{record.name} is {size} bytes, the manifest says {record.size} (cut short or "
+                "replaced)",
+                path=str(path),
+                hint=fix,
+            )
+        # open_regular's handle is a BufferedReader (os.fdopen), typed as BinaryIO.
+        digest = hashlib.file_digest(cast(io.BufferedReader, handle), "sha256").hexdigest()
+        if digest != record.sha256:
+            return "sha256 differs", Finding(
+                "checksum_mismatch",
+                f"{record.name}: sha256 differs from the manifest (the file was changed)",
+                path=str(path),
+                hint=fix,
+            )
     return "ok", None
 
 
@@ -63,7 +75,20 @@ def _check_headers(folder: Path, manifest: Manifest, damaged: set[str]) -> list[
     expected: dict[str, dict[str, tuple[str, tuple[int, ...]]]] = {}
     for tensor in manifest.tensors:
         expected.setdefault(tensor.file, {})[tensor.name] = (tensor.dtype, tensor.shape)
+    listed = {f.name for f in manifest.files}
     for name, tensors in sorted(expected.items()):
+        if name not in listed:  # not read: only listed files are opened
+            findings.append(
+                Finding(
+                    "tensor_file_unlisted",
+                    f"the manifest puts {len(tensors)} tensor(s) in {name}, which its file list "
+                    "does not name",
+                    path=str(folder / name),
+                    hint="the manifest was edited or damaged; re-copy the converted model, or "
+                    "convert it again",
+                )
+            )
+            continue
         if name in damaged:
             continue
         try:

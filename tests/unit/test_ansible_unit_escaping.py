@@ -1,0 +1,499 @@
+"""Issue 21, item 3: the server's systemd unit and environment file carry each value as it is.
+
+sglang_service's templates pass every value through filter_plugins/sglx_systemd.py: one word
+of a command line whatever it holds (a space, quotes, a backslash, `%h`, `$HOME`, a lone `;`),
+and a control character refused, by the role's preflight first, naming the variable.
+
+The role is run by the real ansible-playbook over a local inventory (as in
+test_ansible_serving_group), and the unit it renders is then read by systemd itself:
+`systemd-analyze verify` checks it, and the manager in test mode (`systemd --test`, as an
+unprivileged user) loads it and dumps every command line it would run. Those lines are read
+back into argv here, so the tests compare what systemd would execute, command by command,
+with what was meant: exactly one ExecStartPre, ExecStart and ExecStop, with the intended argv.
+The environment file is read as `docker run --env-file` reads it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import yaml
+from ansible.errors import AnsibleFilterError
+from helpers.images_copy import copy_images, edit_yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+ANSIBLE = ROOT / "ansible"
+ROLE = ANSIBLE / "roles" / "sglang_service"
+BIN = Path(sys.executable).parent
+IMAGE = "sha256:" + "ab" * 32
+UNIT = "sglx-server.service"
+
+# The role's preflight, then its two templates written under {{ out }}/HOST/ instead of /etc.
+PLAY = """
+- hosts: all
+  gather_facts: false
+  tasks:
+    - ansible.builtin.include_role:
+        name: sglang_service
+        tasks_from: preflight
+        public: true
+    - ansible.builtin.file:
+        path: "{{ out }}/{{ inventory_hostname }}"
+        state: directory
+        mode: "0755"
+      delegate_to: localhost
+    - ansible.builtin.template:
+        src: "{{ role }}/templates/{{ item.src }}"
+        dest: "{{ out }}/{{ inventory_hostname }}/{{ item.dest }}"
+        mode: "0644"
+      loop:
+        - {src: server.service.j2, dest: sglx-server.service}
+        - {src: server.env.j2, dest: sglx-server.env}
+      vars:
+        __sglang_service_device_paths: >-
+          {{ __sglang_service_nodes.results | default([]) | map(attribute='files') | flatten
+             | map(attribute='path') | sort }}
+"""
+
+# Legal values that a naive template would split, unbalance, expand or cut short.
+HOSTILE_ARGS = [
+    "--served-model-name", "a b",
+    "two  spaces", ' lead and trail ', 'dq"uote', "sq'uote", 'unbalanced "', "'",
+    "%h", "%%", "%n", "$HOME", "${HOME}", "$$", "$", "back\\slash", "trailing\\", "\\n",
+    ";", "", "-", "#not-a-comment", "x=y z", "ünï cødé",
+]  # fmt: skip
+HOSTILE_ENV = {
+    "SPACED": "a b",
+    "DOLLAR": "$HOME ${HOME} $$",
+    "PERCENT": "%h %%",
+    "QUOTES": '\'single\' "double" unbalanced"',
+    "HASH": "#not a comment",
+    "EQUALS": "x=y",
+    "LEAD": "  lead",
+    "TRAIL": "trail  ",
+    "BACKSLASH": "back\\slash\\",
+    "EMPTY": "",
+}
+
+
+@pytest.fixture
+def public() -> Iterator[Path]:
+    """A folder every user can read: `systemd --test` runs as nobody when the tests run as root."""
+    folder = Path(tempfile.mkdtemp(prefix="sglx-unit-"))
+    folder.chmod(0o755)
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder)
+
+
+def local(**more: Any) -> dict[str, Any]:
+    return {
+        "ansible_connection": "local",
+        "ansible_python_interpreter": sys.executable,
+        "sglang_service_image": IMAGE,
+        "sglang_service_env_files": [],
+        **more,
+    }
+
+
+def play(work: Path, hosts: dict[str, dict[str, Any]]) -> tuple[int, str]:
+    """Run PLAY over `hosts`; (exit code, output with one line per task result)."""
+    (work / "inventory.yml").write_text(yaml.safe_dump({"all": {"hosts": hosts}}))
+    (work / "play.yml").write_text(PLAY)
+    done = subprocess.run(
+        [str(BIN / "ansible-playbook"), "-i", str(work / "inventory.yml"), str(work / "play.yml"),
+         "-e", f"out={work / 'out'}", "-e", f"role={ROLE}"],
+        capture_output=True, text=True, timeout=300, check=False,
+        env={**os.environ, "ANSIBLE_CONFIG": str(ANSIBLE / "ansible.cfg"),
+             "ANSIBLE_ROLES_PATH": str(ANSIBLE / "roles"), "ANSIBLE_NOCOLOR": "1",
+             "ANSIBLE_CALLBACK_RESULT_FORMAT": "json"},
+    )  # fmt: skip
+    return done.returncode, done.stdout + done.stderr
+
+
+def failure(out: str, host: str) -> str:
+    """The message of the task that failed `host` (of its failed item, in a loop)."""
+    for line in out.splitlines():
+        if line.startswith((f"fatal: [{host}]: FAILED! => ", f"failed: [{host}] (item=")):
+            return str(json.loads(line.split(" => ", 1)[1])["msg"])
+    raise AssertionError(f"{host} did not fail:\n{out}")
+
+
+# --------------------------------------------------------------------------------------------
+# What systemd makes of the unit
+# --------------------------------------------------------------------------------------------
+
+
+def systemd_binary() -> Path:
+    for path in (Path("/usr/lib/systemd/systemd"), Path("/lib/systemd/systemd")):
+        if path.is_file():
+            return path
+    pytest.skip("systemd is not installed: the unit cannot be read by systemd here")
+
+
+def verify(unit: Path) -> None:
+    """`systemd-analyze verify` accepts the unit and warns about nothing in it."""
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        pytest.skip("systemd-analyze is not installed")
+    done = subprocess.run(
+        [analyze, "verify", "--man=no", str(unit)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert unit.name not in done.stderr, done.stderr
+
+
+# systemd's dump quotes a word that needs it in double quotes, with \ before " \ ` and $
+# (quote_command_line, shell_maybe_quote); other words stand bare.
+_DUMPED_WORD = re.compile(r'"((?:[^"\\]|\\.)*)"(?= |$)|([^\s"]+)(?= |$)')
+
+
+def _dumped_words(line: str) -> list[str]:
+    words, pos = [], 0
+    while pos < len(line):
+        found = _DUMPED_WORD.match(line, pos)
+        assert found, f"cannot read systemd's command line at {line[pos:]!r}"
+        quoted, bare = found.groups()
+        words.append(re.sub(r"\\(.)", r"\1", quoted) if quoted is not None else bare)
+        pos = found.end() + 1
+    return [_at_exec(word) for word in words]
+
+
+def _at_exec(word: str) -> str:
+    """The word as executed: systemd substitutes environment variables only when it runs the
+    command, where `$$` becomes `$`. A lone `$` would be a variable: there must be none."""
+    assert "$" not in word.replace("$$", ""), f"{word!r} would expand a variable"
+    return word.replace("$$", "$")
+
+
+def commands(unit: Path, work: Path) -> dict[str, list[list[str]]]:
+    """Every command line systemd would run for `unit`, by setting: {'ExecStart': [argv]}."""
+    folder = work / "test-mode"
+    folder.mkdir(mode=0o755)
+    # In test mode the manager has no sysinit.target to order the unit after.
+    text = unit.read_text().replace("[Unit]\n", "[Unit]\nDefaultDependencies=no\n", 1)
+    (folder / unit.name).write_text(text)
+    (folder / unit.name).chmod(0o644)
+    as_nobody: dict[str, Any] = (
+        {"user": 65534, "group": 65534, "extra_groups": []} if os.geteuid() == 0 else {}
+    )  # the manager refuses test mode as root
+    done = subprocess.run(
+        [str(systemd_binary()), "--test", "--system", f"--unit={unit.name}", "--no-pager"],
+        capture_output=True, text=True, timeout=60, check=False, **as_nobody,
+        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(folder),
+             "SYSTEMD_UNIT_PATH": str(folder), "SYSTEMD_LOG_TARGET": "console"},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    found: dict[str, list[list[str]]] = {}
+    inside, setting = False, ""
+    for line in done.stdout.splitlines():
+        text = line.strip()
+        if text.startswith("-> Unit "):
+            inside = text == f"-> Unit {unit.name}:"
+        elif inside and re.fullmatch(r"-> Exec\w+:", text):
+            setting = text[3:-1]
+            found.setdefault(setting, [])
+        elif inside and setting and text.startswith("Command Line: "):
+            found[setting].append(_dumped_words(text.removeprefix("Command Line: ")))
+    assert found, done.stdout
+    return found
+
+
+def docker_env_file(text: str) -> dict[str, str]:
+    """What `docker run --env-file` reads (docker/cli opts/envfile.go): one line each, leading
+    white space and `#` lines skipped, NAME=value with the value taken verbatim."""
+    found = {}
+    for line in text.split("\n"):
+        line = line.lstrip()
+        if line and not line.startswith("#"):
+            name, sep, value = line.partition("=")
+            assert sep and name == name.strip(), line
+            found[name] = value
+    return found
+
+
+# --------------------------------------------------------------------------------------------
+# Legal values: one word, one value each
+# --------------------------------------------------------------------------------------------
+
+
+def test_hostile_but_legal_values_reach_systemd_and_docker_unchanged(public: Path) -> None:
+    # The docker CLI, a mount, the model folder, a device and an env file at paths that need
+    # quoting, each present (systemd-analyze checks the executable, preflight the others).
+    # No `$` in them: Ansible's modules expand variables in a path (`$` is tested elsewhere).
+    odd = public / "odd %h 'q' \"q\" dir"
+    odd.mkdir()
+    # systemd runs no executable whose name holds a quote or a backslash (preflight says so).
+    (public / "bin %h dir").mkdir()
+    docker = public / "bin %h dir" / "docker"
+    shutil.copy("/bin/true", docker)
+    (odd / "weights").mkdir()
+    (odd / "dev node0").touch()
+    (odd / "accel env").write_text("X=1\n")
+    security = ["label=type:a b", "seccomp=/etc/x %h $HOME;.json"]
+    host = local(
+        sglang_service_docker=str(docker),
+        sglang_service_args=HOSTILE_ARGS,
+        sglang_service_security_opt=security,
+        sglang_service_cap_add=["SYS_PTRACE"],
+        sglang_service_ulimits={"nofile": 1024, "memlock": -1},
+        sglang_service_mounts=[{"source": str(odd / "weights"), "target": "/models/x y",
+                                "read_only": True, "required": True}],
+        sglang_service_devices=[{"path": str(odd / "dev node*"), "required": True}],
+        sglang_service_model_dir=str(odd / "weights"),
+        sglang_service_env_files=[str(odd / "accel env")],
+        sglang_service_env={"SPACED": "profile's value"},
+        sglang_service_extra_env=HOSTILE_ENV,
+        sglx_arch="cpu %n",
+    )  # fmt: skip
+    code, out = play(public, {"node": host})
+    assert code == 0, out
+    unit = public / "out" / "node" / UNIT
+    verify(unit)
+    assert "Description=SGLang server (sglx cpu %%n, image " in unit.read_text()
+
+    run = [
+        str(docker), "run", "--name", "sglx-server", "-p", "30000:30000",
+        "--ipc", "private", "--shm-size", "1g", "--device", str(odd / "dev node0"),
+        "--cap-add", "SYS_PTRACE",
+        "--security-opt", security[0], "--security-opt", security[1],
+        "--ulimit", "memlock=-1", "--ulimit", "nofile=1024:1024",
+        "-v", f"{odd / 'weights'}:/models/x y:ro", "-v", f"{odd / 'weights'}:/models/model:ro",
+        "--env-file", str(odd / "accel env"), "--env-file", "/etc/sglx/sglx-server.env",
+        IMAGE, *HOSTILE_ARGS,
+    ]  # fmt: skip
+    # Exactly these three commands, nothing before, after or beside them.
+    assert commands(unit, public) == {
+        "ExecStartPre": [[str(docker), "rm", "-f", "sglx-server"]],
+        "ExecStart": [run],
+        "ExecStop": [[str(docker), "stop", "-t", "30", "sglx-server"]],
+    }
+    env = (public / "out" / "node" / "sglx-server.env").read_text()
+    assert docker_env_file(env) == HOSTILE_ENV
+
+
+def test_a_plain_unit_is_written_as_before(public: Path) -> None:
+    """Plain words stay bare: the unit an operator reads (and the e2e edits) keeps its shape."""
+    code, out = play(public, {"node": local(sglang_service_args=["--tp", "2"])})
+    assert code == 0, out
+    text = (public / "out" / "node" / UNIT).read_text()
+    assert "ExecStartPre=-/usr/bin/docker rm -f sglx-server\n" in text
+    assert f"\n  {IMAGE} --tp 2\n" in text
+    assert '"' not in text
+
+
+# --------------------------------------------------------------------------------------------
+# Control characters and malformed names: refused by preflight, nothing rendered
+# --------------------------------------------------------------------------------------------
+
+INJECT = "\nExecStartPost=/bin/touch /tmp/pwned"
+REFUSED: dict[str, tuple[dict[str, Any], str]] = {
+    "arg-newline": (
+        {"sglang_service_args": ["--tp", "2" + INJECT]},
+        "sglang_service_args[1] holds a control character",
+    ),
+    "arg-carriage-return": (
+        {"sglang_service_args": ["a\rb"]},
+        "sglang_service_args[0] holds a control character",
+    ),
+    "image-newline": (
+        {"sglang_service_image": IMAGE + INJECT},
+        "sglang_service_image holds a control character",
+    ),
+    "image-not-an-id": (
+        {"sglang_service_image": "probe/tiny:1; touch /tmp/pwned"},
+        'sglang_service_image is "probe/tiny:1; touch /tmp/pwned", not an image id (sha256: '
+        "and 64 lowercase hex digits): rollout.yml sets it from the bundle "
+        "(bundle_install_image_id); set it to the id of an image the engine holds (`docker image "
+        "inspect --format "
+        "'{{.Id}}' IMAGE`)",
+    ),
+    "security-opt-newline": (
+        {"sglang_service_security_opt": ["seccomp=unconfined" + INJECT]},
+        "sglang_service_security_opt[0] holds a control character",
+    ),
+    "security-opt-delete": (
+        {"sglang_service_security_opt": ["label\x7fdisable"]},
+        "sglang_service_security_opt[0] holds a control character",
+    ),
+    "env-value-newline": (
+        {"sglang_service_extra_env": {"X": "1\nLD_PRELOAD=/tmp/evil.so"}},
+        "sglang_service_extra_env.X holds a control character",
+    ),
+    "env-key-newline": (
+        {"sglang_service_extra_env": {"X\nLD_PRELOAD": "/tmp/evil.so"}},
+        "sglang_service_extra_env (the key 'X\\nLD_PRELOAD') holds a control character",
+    ),
+    "env-key-not-a-name": (
+        {"sglang_service_extra_env": {"LD-PRELOAD": "/tmp/evil.so"}},
+        'sglang_service_extra_env sets "LD-PRELOAD": an environment variable name is letters',
+    ),
+    "profile-env-tab": (
+        {"sglang_service_env": {"A": "x\ty"}},
+        "sglang_service_env.A holds a control character",
+    ),
+    "profile-env-name": (
+        {"sglang_service_env": {"1A": "x"}},
+        'sglang_service_env sets "1A": an environment variable name',
+    ),
+    "group-address-newline": (
+        {"sglang_service_group_address": "10.0.0.1" + INJECT},
+        "sglang_service_group_address holds a control character",
+    ),
+    "unit-name-outside-etc": (
+        {"sglang_service_name": "../../tmp/x"},
+        'sglang_service_name is "../../tmp/x"',
+    ),
+    "docker-not-absolute": (
+        {"sglang_service_docker": "-docker"},
+        'sglang_service_docker "-docker": a unit or container name',
+    ),
+    "docker-with-a-quote": (
+        {"sglang_service_docker": '/opt/"docker'},
+        "and the docker CLI is an absolute path with no quote or backslash",
+    ),
+}
+
+
+def test_control_characters_and_bad_names_are_refused_before_anything_is_rendered(
+    public: Path,
+) -> None:
+    hosts = {name: local(**values) for name, (values, _) in REFUSED.items()}
+    code, out = play(public, hosts)
+    assert code != 0
+    for name, (_, words) in REFUSED.items():
+        said = failure(out, name)
+        assert words in said, (name, said)
+        if "control character" in words:
+            assert "which would start a new line in the server's systemd unit" in said
+        assert not (public / "out" / name).exists(), name
+    assert "pwned" not in "".join(p.read_text() for p in (public / "out").rglob("*.*"))
+
+
+# --------------------------------------------------------------------------------------------
+# The profile side: `sglx arch validate` refuses a control character in any profile string
+# --------------------------------------------------------------------------------------------
+
+
+def line_of(path: Path, marker: str) -> int:
+    return next(n for n, line in enumerate(path.read_text().splitlines(), 1) if marker in line)
+
+
+@pytest.mark.parametrize(
+    ("file", "changes", "key_path", "shown", "marker"),
+    [
+        ("shared/rocm.yaml", {"container": {"security_opt": ["seccomp=x\nExecStartPost=/bin/id"]}},
+         "container.security_opt[0]", "'seccomp=x\\nExecStartPost=/bin/id' (a string)",
+         "seccomp=x"),
+        ("shared/rocm.yaml", {"env": {"HIP_X": "1\tLD_PRELOAD=/tmp/evil.so"}},
+         "env.HIP_X", "'1\\tLD_PRELOAD=/tmp/evil.so' (a string)", "HIP_X"),
+        ("shared/rocm.yaml", {"env": {"A\nLD_PRELOAD": "x"}},
+         "env", "the key 'A\\nLD_PRELOAD'", "? 'A"),
+        ("gfx942/arch.yaml", {"server": {"defaults": {"chat_template": "a\x1b[31mb"}}},
+         "server.defaults.chat_template", "'a\\x1b[31mb' (a string)", "chat_template"),
+        ("gfx942/arch.yaml", {"description": "MI300X\x7f"},
+         "description", "'MI300X\\x7f' (a string)", "description:"),
+    ],
+)  # fmt: skip
+def test_validate_refuses_a_control_character_in_any_profile_string(
+    sglx: Any,
+    tmp_path: Path,
+    file: str,
+    changes: dict[str, Any],
+    key_path: str,
+    shown: str,
+    marker: str,
+) -> None:
+    images = copy_images(tmp_path)
+    edit_yaml(images / file, changes)
+    line = line_of(images / file, marker)
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    code, out, err = sglx("arch", "validate", str(images / "gfx942" / "arch.yaml"))
+    assert code == 1, out + err
+    assert "Traceback" not in err
+    where = f"{images / file}:{line}: {key_path}: " if key_path else f"{images / file}:{line}: "
+    assert f"finding [invalid_profile] {where}{shown} holds the control character" in out, out
+    assert "where it would start a new line" in out
+    assert "hint: remove it: a profile value is one line of printable text" in out
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
+
+
+def test_arch_show_stops_on_a_control_character(
+    sglx: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    images = copy_images(tmp_path)
+    monkeypatch.setenv("SGLX_IMAGES_DIR", str(images))
+    profile = images / "gfx942" / "arch.yaml"
+    edit_yaml(profile, {"container": {"security_opt": ["a\nExecStartPre=/bin/id"]}})
+    code, out, err = sglx("arch", "show", "gfx942")
+    assert code == 2
+    assert out == ""
+    line = line_of(profile, "- 'a")  # where the item starts (YAML folds it over lines)
+    assert f"sglx: error: {profile}:{line}: container.security_opt[0]: " in err
+    assert "holds the control character '\\n'" in err
+
+
+# --------------------------------------------------------------------------------------------
+# The filters and the templates
+# --------------------------------------------------------------------------------------------
+
+
+def _plugin() -> ModuleType:
+    path = ROLE / "filter_plugins" / "sglx_systemd.py"
+    spec = importlib.util.spec_from_file_location("sglx_systemd", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+systemd_filters = _plugin()
+
+
+@pytest.mark.parametrize("char", ["\n", "\r", "\t", "\x00", "\x1b", "\x7f"])
+def test_every_filter_refuses_a_control_character(char: str) -> None:
+    """The templates' own guard, should a value reach them without preflight."""
+    for name in ("sglx_systemd_word", "sglx_systemd_text", "sglx_env_name", "sglx_env_value"):
+        with pytest.raises(AnsibleFilterError, match="control character"):
+            getattr(systemd_filters, name)(f"a{char}b")
+    with pytest.raises(AnsibleFilterError, match="control character"):
+        systemd_filters.sglx_systemd_words(["ok", f"a{char}b"])
+
+
+def test_words_take_a_list_not_a_string() -> None:
+    with pytest.raises(AnsibleFilterError, match="expected a list, found str"):
+        systemd_filters.sglx_systemd_words("--tp 2")
+    assert systemd_filters.sglx_systemd_words(["--tp", 2, "a b"]) == '--tp 2 "a b"'
+
+
+@pytest.mark.parametrize(
+    ("template", "filters"),
+    [
+        ("server.service.j2", ("sglx_systemd_word", "sglx_systemd_words", "sglx_systemd_text",
+                               "int")),
+        ("server.env.j2", ("sglx_env_name", "sglx_env_value")),
+    ],
+)  # fmt: skip
+def test_every_value_a_template_writes_passes_through_a_filter(
+    template: str, filters: tuple[str, ...]
+) -> None:
+    text = (ROLE / "templates" / template).read_text()
+    for expression in re.findall(r"\{\{(.*?)\}\}", text, flags=re.S):
+        last = expression.rsplit("|", 1)[-1].strip()
+        if expression.strip() == "ansible_managed | comment":
+            continue
+        assert last in filters, f"{template}: {{{{{expression}}}}} is written unfiltered"
