@@ -47,6 +47,11 @@ ANSIBLE = Path(__file__).resolve().parents[2] / "ansible"
 BIN = Path(sys.executable).parent
 
 
+# A server argument that a naive unit would split, unquote or expand (`%h`, `$HOME`); inert
+# (sglang reads --download-dir only to fetch a model from a hub). Issue 21, item 3.
+ODD_ARG = "/tmp/sglx e2e %h $HOME \"dq\" 'sq' back\\slash ;"
+
+
 class Fleet:
     def __init__(self, work: Path, hosts: list[SshHost], key: Path, ports: dict[str, int]):
         self.work, self.hosts, self.key, self.ports = work, hosts, key, ports
@@ -78,6 +83,9 @@ class Fleet:
                 "sglang_service_host_port": self.ports[host.name],
                 "sglang_service_publish_address": "127.0.0.1",
                 "sglang_service_health_timeout": 420,
+                # Every version of the fleet runs with it, so hosts differ only where a test
+                # makes them differ (test_rollout_serves_on_both_hosts_idempotently reads it).
+                "sglang_service_args": ["--download-dir", ODD_ARG],
                 **host_vars.get(host.name, {}),
             }
         inventory: dict[str, Any] = {"sglx": {"hosts": hosts}}
@@ -246,9 +254,6 @@ def running_image(host: SshHost) -> str:
     ).stdout.strip()
 
 
-# A server argument that a naive unit would split, unquote or expand (`%h`, `$HOME`); inert
-# (sglang reads --download-dir only to fetch a model from a hub). Issue 21, item 3.
-ODD_ARG = "/tmp/sglx e2e %h $HOME \"dq\" 'sq' back\\slash ;"
 _ARGV_PROBE = (
     "import json, os\n"
     "for pid in filter(str.isdigit, os.listdir('/proc')):\n"
@@ -333,8 +338,7 @@ def test_rollout_serves_on_both_hosts_idempotently(
     fleet.state["v1"], fleet.state["v1_id"] = v1, cpu_bundle["image_id"]
     # In the site, before the rollout (test_bundle_cpu verifies it with the scan re-run).
     sh(str(BIN / "sglx"), "bundle", "verify", str(v1), "--no-scan", "-q")
-    odd = {"sglang_service_args": ["--download-dir", ODD_ARG]}
-    roll_inv = fleet.inventory("roll", "cpu", {a.name: odd, b.name: odd})
+    roll_inv = fleet.inventory("roll", "cpu", {})  # with ODD_ARG, as every inventory
     # Both hosts in one batch (sglx_rollout_serial=2), here and in the re-runs and repairs:
     # what the serial default guards, a failing host stopping the next batch, is tested by the
     # upgrade below.
