@@ -5,6 +5,11 @@ another process holds the device (retry helps) and a hang inside the driver (ret
 the operator needs to know it hung). A host-wide file lock serialises initialisation across
 the ranks and servers on one machine, which is also what keeps concurrent first inits of some
 runtimes from racing.
+
+Host-wide means one folder that every server container on the host shares: sglx mounts the
+profile's `container.lock_dir` host folder into each container it runs and names it in
+$SGLX_LOCK_DIR (scripts/sglx/device_lock.py). The folder itself is locked, so the lock needs
+no write access there and a folder `docker run -v` created root-owned serves any container user.
 """
 
 from __future__ import annotations
@@ -18,13 +23,13 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from sglx.device_lock import LOCK_DIR_ENV
 from sglx_platform.failures import FailureClass, PlatformError
 
 logger = logging.getLogger(__name__)
 
 TIMEOUT_ENV = "SGLX_INIT_TIMEOUT_S"
 RETRIES_ENV = "SGLX_INIT_RETRIES"
-LOCK_DIR_ENV = "SGLX_LOCK_DIR"
 LOCK_NAME = "sglx-device-init.lock"
 
 
@@ -40,22 +45,63 @@ def _setting(name: str, default: float) -> float:
 
 
 def lock_path() -> Path:
-    folder = Path(os.environ.get(LOCK_DIR_ENV) or "/var/lock")
+    """What the device-init flock is taken on: the folder $SGLX_LOCK_DIR names (the host folder
+    mounted there), else a file in /var/lock (else /tmp), which the processes of one container
+    share but other containers do not.
+
+    A set $SGLX_LOCK_DIR that is not a readable folder is refused: it means the mount is missing,
+    and falling back to a folder of this container would let two servers on the host initialise
+    their devices at once again.
+    """
+    configured = os.environ.get(LOCK_DIR_ENV)
+    if configured:
+        folder = Path(configured)
+        if not folder.is_dir() or not os.access(folder, os.R_OK | os.X_OK):
+            raise PlatformError(
+                FailureClass.CONFIG_REFUSED,
+                f"{LOCK_DIR_ENV}={configured!r} is not a folder this process can read, so the "
+                "device-init lock cannot be host-wide",
+                "mount the host folder of the device-init lock there, as the systemd unit and "
+                "the `docker run` line `sglx bundle install` prints do (-v SOURCE:TARGET, the "
+                f"profile's container.lock_dir; mode 0755), or unset {LOCK_DIR_ENV}",
+            )
+        return folder
+    folder = Path("/var/lock")
     if not os.access(folder, os.W_OK):
         folder = Path("/tmp")
     return folder / LOCK_NAME
 
 
+def _open_lockable(path: Path) -> int:
+    """A descriptor to flock `path` through: a folder is opened read-only (flock needs no
+    more), a lock file is created when missing."""
+    if path.is_dir():
+        return os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+
 @contextmanager
 def host_lock(path: Path, timeout_s: float) -> Iterator[None]:
-    """An exclusive flock on `path`, waited for at most `timeout_s` seconds."""
-    with path.open("a") as handle:
+    """An exclusive flock on `path` (a folder or a lock file), waited for at most `timeout_s`
+    seconds; the wait is logged once, naming the lock, so an operator sees why a server is
+    slow to start while another initialises its devices."""
+    handle = _open_lockable(path)
+    try:
         deadline = time.monotonic() + timeout_s
+        waiting = False
         while True:
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
+                if not waiting:
+                    waiting = True
+                    logger.info(
+                        "sglx: waiting for the device-init lock %s: another process on this "
+                        "host is initialising a device (at most %.0f s)",
+                        path,
+                        timeout_s,
+                    )
                 if time.monotonic() > deadline:
                     raise PlatformError(
                         FailureClass.INIT_HANG,
@@ -64,10 +110,14 @@ def host_lock(path: Path, timeout_s: float) -> Iterator[None]:
                         f"with `fuser {path}` and stop it",
                     ) from None
                 time.sleep(0.2)
+        if waiting:
+            logger.info("sglx: took the device-init lock %s", path)
         try:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+    finally:
+        os.close(handle)
 
 
 def init_device(touch: Callable[[], None], what: str) -> None:

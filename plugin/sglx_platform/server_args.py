@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sglx.profile import Profile
+from sglx.profile.schema import Rule
 from sglx_platform.failures import FailureClass, PlatformError
 
 
@@ -48,13 +49,21 @@ def explicit_fields(asked: Mapping[str, Any], defaults: Mapping[str, Any]) -> se
     return {name for name, value in asked.items() if value != defaults.get(name)}
 
 
-def plan(profile: Profile, current: Mapping[str, Any], explicit_set: Collection[str]) -> Plan:
+def plan(
+    profile: Profile,
+    current: Mapping[str, Any],
+    explicit_set: Collection[str],
+    model: Mapping[str, Any] | None = None,
+) -> Plan:
     """Decide writes, refusals and warnings for `current` field values.
 
     Fields in `explicit_set` were set by the user and are never overwritten; every other field
     the profile has a default for gets it, even if sglang resolved another value before (the
-    profile knows the arch, sglang's generic heuristics do not).
+    profile knows the arch, sglang's generic heuristics do not). `model` holds the facts read
+    from the model's config.json (`sglx_platform.model_config`), which conditional rules may
+    look at; empty or None when there are none.
     """
+    model = model or {}
     server = profile.server
 
     def explicit(name: str) -> bool:
@@ -79,12 +88,19 @@ def plan(profile: Profile, current: Mapping[str, Any], explicit_set: Collection[
                     )
                 )
     effective = {**current, **writes}
+    # A rule's default stands in for a refusal when the user left the field unset (e.g. a
+    # model too wide for one attention backend gets another); a value the user set is checked.
+    for name, rule in server.field_rules():
+        if rule.default is not None and not explicit(name) and rule.applies(effective, model):
+            writes[name] = rule.default
+    effective = {**current, **writes}
     warnings: list[Refusal] = []
-    for name, rule in server.rules.items():
+    for name, rule in server.field_rules():
         value = effective.get(name)
-        if not rule.permits(value):
+        if rule.applies(effective, model) and not rule.permits(value):
             target = warnings if rule.action == "warn" else refusals
-            target.append(Refusal(name, value, rule.reason, rule.instead))
+            reason = rule.reason + _model_detail(rule, model)
+            target.append(Refusal(name, value, reason, rule.instead))
     limit = server.memory.mem_fraction_static_max
     fraction = effective.get("mem_fraction_static")
     if limit is not None and fraction is not None and fraction > limit:
@@ -128,9 +144,34 @@ def refusal_error(profile: Profile, refusals: tuple[Refusal, ...]) -> PlatformEr
     )
 
 
+def _model_detail(rule: Rule, model: Mapping[str, Any]) -> str:
+    """What the model showed that made a model-conditioned rule apply, for the message."""
+    if rule.model is None or rule.model.head_dim_above is None:
+        return ""
+    return f" (this model: head_dim {model.get('head_dim')})"
+
+
+# Fields `plan` reads beyond the ones the profile names.
+PLANNED_FIELDS = ("mem_fraction_static", "max_total_tokens", "speculative_algorithm")
+
+
+def fields_read(profile: Profile) -> set[str]:
+    """Every ServerArgs field `plan` reads for this profile (defaults, rules and what their
+    conditions look at, disabled features)."""
+    server = profile.server
+    names = set(server.defaults) | set(PLANNED_FIELDS)
+    for name, rule in server.field_rules():
+        names |= {name, *rule.when, *rule.unless}
+    for spec in server.disabled_features.values():
+        names |= set(spec.args)
+    return names
+
+
+def reads_model(profile: Profile) -> bool:
+    """Whether a rule looks at the model (then the callers read its config.json)."""
+    return any(rule.model is not None for rule in profile.server.rules.values())
+
+
 def unknown_fields(profile: Profile, known: set[str]) -> list[str]:
     """Profile keys that name no ServerArgs field of the installed sglang."""
-    names = set(profile.server.defaults) | set(profile.server.rules)
-    for spec in profile.server.disabled_features.values():
-        names |= set(spec.args)
-    return sorted(names - known)
+    return sorted(fields_read(profile) - known)

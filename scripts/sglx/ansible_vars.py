@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from sglx.device_lock import lock_dir_vars
 from sglx.errors import SglxError
 from sglx.profile import Profile, load_profile
 from sglx.report import Finding, Result
@@ -62,13 +63,22 @@ def node_dirs(profile: Profile) -> list[str]:
 
 
 def _floor(floor: Any) -> dict[str, str]:
+    """min_version, version_file and note always; `tool` only where the profile reads the
+    version with a vendor tool, `module` only where `modinfo` answers for an absent version
+    file (the role and the checks default both to ''), so the rendered
+    variables of arches without one stay as they were."""
     if floor is None:
         return {"min_version": "", "version_file": "", "note": ""}
-    return {
+    rendered = {
         "min_version": floor.min_version or "",
         "version_file": floor.version_file or "",
         "note": floor.note,
     }
+    if floor.tool is not None:
+        rendered["tool"] = floor.tool
+    if floor.module is not None:
+        rendered["module"] = floor.module  # modinfo -F version MODULE when the file is absent
+    return rendered
 
 
 def render_vars(profile: Profile) -> dict[str, Any]:
@@ -88,9 +98,11 @@ def render_vars(profile: Profile) -> dict[str, Any]:
         "accel_host_node_dirs": node_dirs(profile),
         "accel_host_node_modes": node_modes(profile),
         "accel_host_udev_rules": list(host.udev_rules),
-        "accel_host_kernel_cmdline": list(host.kernel_cmdline),
+        # The arguments only; their sources stay in the profile (the role needs none).
+        "accel_host_kernel_cmdline": [a.arg for a in host.kernel_cmdline],
         "accel_host_sysctl": dict(host.sysctl),
         "accel_host_modules": list(host.modules),
+        "accel_host_after_boot_modules": list(host.after_boot.modules) if host.after_boot else [],
         "accel_host_service_env": service_env,
         "accel_host_driver": _floor(host.driver),
         "accel_host_firmware": _floor(host.firmware),
@@ -110,6 +122,7 @@ def render_vars(profile: Profile) -> dict[str, Any]:
             }
             for m in container.mounts
         ],
+        "sglang_service_lock_dir": lock_dir_vars(profile),
         "sglang_service_devices": [
             {"path": n.path, "required": n.required} for n in profile.devices.nodes
         ],

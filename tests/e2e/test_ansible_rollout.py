@@ -132,7 +132,8 @@ class Fleet:
 BOTH = ("-e", "sglx_rollout_serial=2")
 SERVING_CHECKS = (
     "bundle_image_present", "service_active", "running_server_environment",
-    "health_and_completion", "group_runs_the_same", "image_preflight",
+    "running_container_shares_the_device_init_lock", "health_and_completion",
+    "group_runs_the_same", "image_preflight",
 )  # fmt: skip
 
 
@@ -275,7 +276,8 @@ def test_site_configures_hosts_idempotently(fleet: Fleet) -> None:
     site_inv = fleet.inventory("site", "gfx942", {})
     code, out = fleet.play(site_inv, "site.yml")
     assert code == 0, out
-    assert "reboot required for kernel arguments iommu=pt pci=realloc=off" in out
+    args = "pci=realloc=off pci=bfsort iommu=pt numa_balancing=disable"  # AMD's acceptance list
+    assert f"reboot required for kernel arguments {args}" in out
     # Either udev took the rules, or the role said per setting that it could not.
     assert ("NOT loaded: no udev daemon answers here" in out) or (
         "RUNNING HANDLER [accel_host : Apply udev rules]" in out
@@ -296,10 +298,10 @@ def test_site_configures_hosts_idempotently(fleet: Fleet) -> None:
         ]
         assert "kernel.numa_balancing = 0" in host.exec("cat /etc/sysctl.d/90-sglx.conf")
         assert host.exec("tail -n1 /etc/default/grub.d/90-sglx.cfg").strip() == (
-            'GRUB_CMDLINE_LINUX="${GRUB_CMDLINE_LINUX} iommu=pt pci=realloc=off"'
+            f'GRUB_CMDLINE_LINUX="${{GRUB_CMDLINE_LINUX}} {args}"'
         )
         assert host.exec("cat /var/lib/sglx/reboot-required").strip() == (
-            "kernel command line lacks: iommu=pt pci=realloc=off"
+            f"kernel command line lacks: {args}"
         )
         # Not rebooted: the container's init (pid 1) is the one it started with.
         assert sh("docker", "inspect", "--format", "{{.RestartCount}} {{.State.Running}}",
@@ -322,6 +324,10 @@ def test_preflight_checks_pass_as_gfx942_hosts(fleet: Fleet) -> None:
         assert "reboot pending" in message(report, host, "kernel_command_line")
         # A container host shares this machine's kernel; its /proc/sys is read-only.
         assert seen["sysctl"] in {"passed", "pending"}
+        # ... and its modules: amdgpu is not loaded on this machine.
+        assert seen["kernel_modules"] == "pending"
+        # The fixture's modinfo answers for the not loaded driver (test_hosts.py).
+        assert seen["driver_minimum"] == "passed"
         assert seen["image_preflight"] == "skipped"  # no sglx image on the host yet
     cases = ET.parse(report["junit"]).getroot().iter("testcase")
     assert {c.get("name") for c in cases} >= {

@@ -108,6 +108,13 @@ class SshHost:
             "mknod -m 0666 /dev/kfd c 235 0 && mkdir -p /dev/dri"
             " && mknod -m 0666 /dev/dri/renderD128 c 226 128"
         )
+        # A fixture driver: this machine loads no amdgpu, so /sys/module/amdgpu/version is
+        # absent and the role and the checks ask modinfo (first in sudo's secure_path), which
+        # answers as an installed amdgpu-dkms 6.16.6 (AMD GPU Driver 30.20.1) does.
+        self.exec(
+            "printf '%s\\n' '#!/bin/sh' '[ \"$*\" = \"-F version amdgpu\" ] || exit 1'"
+            " 'echo 6.16.6' >/usr/local/sbin/modinfo && chmod 0755 /usr/local/sbin/modinfo"
+        )
 
     def remove(self) -> None:
         sh("docker", "rm", "-f", self.container, check=False)

@@ -9,10 +9,12 @@ says now, even when the inventory's rendered group_vars are stale.
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import yaml
@@ -31,6 +33,21 @@ def role_defaults() -> dict[str, Any]:
     for defaults in sorted(ROLES.glob("*/defaults/main.yml")):
         merged.update(yaml.safe_load(defaults.read_text(encoding="utf-8")) or {})
     return merged
+
+
+@cache
+def host_versions() -> ModuleType:
+    """The accel_host role's parser of driver and firmware versions (its filter plugin
+    sglx_host_versions.py), so that a check reads a host exactly as the role's preflight does.
+    Loaded by path: ROLES is ../../ansible/roles from here in a checkout (tests/host) and in a
+    bundle (ansible/host-checks) alike."""
+    path = ROLES / "accel_host" / "filter_plugins" / "sglx_host_versions.py"
+    spec = importlib.util.spec_from_file_location("sglx_host_versions", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @cache
@@ -80,6 +97,32 @@ class HostFacts:
     def node_rank(self) -> int:
         members = self.serving_group
         return members.index(self.name) if self.name in members else 0
+
+    @property
+    def late_modules(self) -> list[str]:
+        """The modules a unit loads after boot: the profile's after-boot modules, once the site
+        set accel_host_load_after_boot (the role's vars/main.yml __accel_host_late_modules)."""
+        if not _ansible_bool(self.vars.get("accel_host_load_after_boot", False)):
+            return []
+        return list(self.vars.get("accel_host_after_boot_modules") or [])
+
+    @property
+    def kernel_cmdline(self) -> list[str]:
+        """What the running kernel must carry: the profile's arguments, then the blacklist of
+        the late modules (the role's __accel_host_kernel_cmdline)."""
+        wanted = list(self.vars["accel_host_kernel_cmdline"])
+        if self.late_modules:
+            wanted.append("modprobe.blacklist=" + ",".join(self.late_modules))
+        return wanted
+
+
+def _ansible_bool(value: Any) -> bool:
+    """Ansible's `bool` filter (to_bool): true, "yes", "on", "true", "1" or 1; else false."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        value = value.lower()
+    return value in ("yes", "on", "1", "true", 1)
 
 
 def host_facts(name: str, inventory_vars: dict[str, Any], arch: str | None) -> HostFacts:

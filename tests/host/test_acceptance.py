@@ -137,6 +137,35 @@ def test_running_server_environment(host: Any, facts: HostFacts) -> None:
         problem(f"server pid {server['pid']} in {facts.container}: {'; '.join(wrong)}", ROLLOUT)
 
 
+def test_running_container_shares_the_device_init_lock(host: Any, facts: HostFacts) -> None:
+    """The container mounts the profile's host folder of the device-init lock, and its server
+    process names it in SGLX_LOCK_DIR: no two servers of the host bring devices up at once."""
+    lock = facts["sglang_service_lock_dir"]
+    inspect = running_container(host, facts)
+    wrong = []
+    mounted = {
+        m.get("Destination"): m.get("Source")
+        for m in inspect.get("Mounts") or []
+        if m.get("Type") == "bind"
+    }
+    if mounted.get(lock["target"]) != lock["source"]:
+        where = mounted.get(lock["target"])
+        wrong.append(
+            f"{lock['source']} is not mounted at {lock['target']}"
+            + (f" ({where} is)" if where else "")
+        )
+    env = server_process(host, facts).get("env") or dict(
+        item.split("=", 1) for item in inspect["Config"].get("Env") or [] if "=" in item
+    )
+    wrong += [
+        f"{name}={env.get(name, '(unset)')}, not {value}"
+        for name, value in sorted(lock["env"].items())
+        if env.get(name) != value
+    ]
+    if wrong:
+        problem(f"{facts.container}: {'; '.join(wrong)}", ROLLOUT)
+
+
 # Run on the host (python3 is there for Ansible): /health; the second adds a one-token completion.
 _HEALTH_PROBE = """
 import json, sys, urllib.request as u

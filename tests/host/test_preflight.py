@@ -7,12 +7,13 @@ device nodes, kernel arguments or sysctls has nothing to check there, and says s
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from pathlib import Path
 from typing import Any
 
 import pytest
-from facts import HostFacts
+from facts import HostFacts, host_versions
 from probes import bundle_manifest, container_inspect, docker, image_arch, problem, read_json
 
 pytestmark = pytest.mark.preflight
@@ -69,7 +70,9 @@ def test_service_user_groups(host: Any, facts: HostFacts) -> None:
 
 
 def test_kernel_command_line(host: Any, facts: HostFacts) -> None:
-    wanted = facts["accel_host_kernel_cmdline"]
+    """The profile's arguments, and modprobe.blacklist= of the modules the site loads after
+    boot (accel_host_load_after_boot): what the role's drop-in appends."""
+    wanted = facts.kernel_cmdline
     if not wanted:
         pytest.skip(f"the {facts.arch} profile sets no kernel arguments")
     running = host.file("/proc/cmdline").content_string.split()
@@ -84,6 +87,55 @@ def test_kernel_command_line(host: Any, facts: HostFacts) -> None:
             "sglx_reboot_ok=true"
         )
     problem(f"the running kernel lacks {' '.join(missing)} and no reboot is recorded", SITE)
+
+
+def test_kernel_modules(host: Any, facts: HostFacts) -> None:
+    """The profile's modules are loaded, by the kernel at boot or, for those the site loads
+    after boot (accel_host_load_after_boot: blacklisted on the command line), by the role's
+    unit: /sys/module answers for both, and the unit must be there to do it at every boot."""
+    modules = facts["accel_host_modules"]
+    if not modules:
+        pytest.skip(f"the {facts.arch} profile loads no kernel module")
+    late, unit = facts.late_modules, str(facts["accel_host_after_boot_unit"])
+    wrong = []
+    if late:
+        enabled = host.run(f"systemctl is-enabled {shlex.quote(unit)}")
+        if enabled.stdout.strip() != "enabled":
+            said = (enabled.stdout or enabled.stderr).strip()[:120] or f"exit {enabled.rc}"
+            wrong.append(
+                f"{unit}, which loads {', '.join(late)} after boot, is not enabled ({said})"
+            )
+    missing = []
+    for module in modules:
+        if host.file(f"/sys/module/{module.replace('-', '_')}").exists:
+            continue
+        if module in late:
+            missing.append(
+                f"{module} is not loaded: it is blacklisted at boot and {unit} loads it "
+                f"(systemctl status {unit}; journalctl -b -u {unit})"
+            )
+        else:
+            missing.append(f"{module} is not loaded")
+    fix = (
+        f"install the vendor's driver package, then {SITE} (it loads the modules and writes "
+        "what loads them at boot)"
+    )
+    if wrong:
+        problem("; ".join(wrong + missing), fix)
+    if missing and _in_container(host):
+        pytest.xfail(
+            f"{'; '.join(missing)}. This host is a container: its modules are those of the "
+            "machine that runs it, which must load them"
+        )
+    if missing:
+        problem("; ".join(missing), fix)
+
+
+def _in_container(host: Any) -> bool:
+    """A container shares the kernel of the machine that runs it (and its /sys/module)."""
+    if host.file("/.dockerenv").exists or host.file("/run/.containerenv").exists:
+        return True
+    return bool(host.run("systemd-detect-virt --container --quiet").rc == 0)
 
 
 def _proc_sys_read_only(host: Any) -> bool:
@@ -183,32 +235,94 @@ def _version_floor(host: Any, facts: HostFacts, key: str) -> None:
     floor = facts[key]
     if not floor.get("min_version"):
         pytest.skip(f"the {facts.arch} profile pins no minimum ({floor.get('note') or 'none'})")
-    file = host.file(floor["version_file"])
-    if not file.exists:
-        problem(
-            f"{floor['version_file']} is missing: the driver is not loaded",
-            "load the driver, or install it",
-        )
-    found = file.content_string.strip()
+    where, text = _reported_version(host, floor)
+    # The role's parser (facts.host_versions): the dotted number a banner states, else the text.
+    found = host_versions().version_in(text) or text.strip()[:80]
     from packaging.version import InvalidVersion, Version
 
     try:
         low = Version(found) < Version(floor["min_version"])
     except InvalidVersion:
-        problem(f"{file.path} reads {found!r}, not a version", "check the driver installation")
+        problem(f"{where} reads {found!r}, not a version", "check the driver installation")
     if low:
         problem(
-            f"{file.path} is {found}, below the minimum {floor['min_version']}",
+            f"{where} is {found}, below the minimum {floor['min_version']}",
             floor.get("note") or "upgrade it",
         )
+
+
+def _reported_version(host: Any, floor: dict[str, str]) -> tuple[str, str]:
+    """(where, text) of the installed version, read as the role's preflight reads it: the
+    version file, else (a driver floor naming its module) `modinfo -F version MODULE`, which
+    answers for a driver installed but not loaded yet, e.g. blacklisted at boot."""
+    file = host.file(floor["version_file"])
+    if file.exists:
+        return file.path, file.content_string
+    module = floor.get("module") or ""
+    if not module:
+        problem(
+            f"{floor['version_file']} is missing: the driver is not loaded",
+            "load the driver, or install it",
+        )
+    where = (
+        f"{floor['version_file']} is absent (the driver is not loaded, or declares no "
+        f"version) and `modinfo -F version {module}`"
+    )
+    text = host.run(f"modinfo -F version {shlex.quote(module)}").stdout.strip()
+    if not text:
+        problem(
+            f"{where} reads nothing (no such module installed, or the kernel's own driver, which "
+            "declares no version)",
+            floor.get("note") or "install the vendor's driver",
+        )
+    return where, text
 
 
 def test_driver_minimum(host: Any, facts: HostFacts) -> None:
     _version_floor(host, facts, "accel_host_driver")
 
 
+# The vendor tools a floor can name (host.*.tool) and the role variable holding each one's path.
+TOOL_PATHS = {"xpu-smi": "accel_host_xpu_smi"}
+
+
+def _tool_floor(host: Any, facts: HostFacts, floor: dict[str, str]) -> None:
+    """A floor no file reports, read from the vendor tool's report (`xpu-smi -q`) and judged
+    by the role's own parser and wording (filter_plugins/sglx_host_versions.py). A host
+    without the tool is skipped as not checked, as the role's preflight reports it."""
+    versions = host_versions()
+    tool = floor["tool"]
+    path = str(facts[TOOL_PATHS[tool]]) if tool in TOOL_PATHS else tool
+    if not host.file(path).exists:
+        pytest.skip(
+            f"not checked: {path} is not on this host, so the firmware floor "
+            f"{floor['min_version']} cannot be read (install the vendor's {tool}, or set "
+            f"{TOOL_PATHS.get(tool, 'its path')} to where it is)"
+        )
+    # Bounded on the host: at most the parser's MAX_CHARS come back, and a hung tool is stopped.
+    done = host.run(
+        f'{{ timeout 120 {shlex.quote(path)} -q; echo "sglx-rc=$?" >&2; }} '
+        f"| head -c {versions.MAX_CHARS}"
+    )
+    status = re.search(r"sglx-rc=(\d+)\s*$", done.stderr)
+    verdict = versions.firmware_verdict(
+        done.stdout,
+        floor["min_version"],
+        tool,
+        status.group(1) if status else done.rc,
+        done.stderr[: status.start()] if status else done.stderr,
+        floor.get("note"),
+    )
+    if not verdict["ok"]:
+        problem(verdict["detail"], verdict["fix"])
+
+
 def test_firmware_minimum(host: Any, facts: HostFacts) -> None:
-    _version_floor(host, facts, "accel_host_firmware")
+    floor = facts["accel_host_firmware"]
+    if floor.get("min_version") and floor.get("tool"):
+        _tool_floor(host, facts, floor)
+    else:
+        _version_floor(host, facts, "accel_host_firmware")
 
 
 def _image_on_host(host: Any, facts: HostFacts, bundle_dir: Path | None) -> str:

@@ -1,18 +1,20 @@
-"""gfx942, gfx950 and gfx1151 build on a stand-in for upstream's SGLang ROCm images, offline.
+"""gfx942, gfx950 and gfx1151 build on stand-ins for upstream's SGLang ROCm images, offline.
 
-Upstream's released images (lmsysorg/sglang:v0.5.23-rocm720-mi30x/-mi35x,
-rocm/sgl-dev:v0.5.23-rocm724-gfx1151-<date>) cannot be fetched here, so one fixture base stands
-in for all three (they differ by profile, not by what the base contains; gfx1151's ref is a
-second tag of the same image): the session's debootstrapped Debian, the ROCm layout of
-helpers/rocm_base.py, and sglang 0.5.23 from PyPI installed with `pip install --target` into the
-base Python's site-packages, as `pip install` puts it in upstream's image. What differs, and the
-test's copy of the profiles says so: Debian's Python is 3.11 where upstream's is 3.12, torch is
-a CPU build (2.13.0+cpu, the newest CPU build the configured index has) where upstream's is a
-ROCm build, AITER, sgl-kernel and torchvision are metadata-only stand-ins (no index here has a
-build of them for ROCm; PyPI's torchvision is a CUDA build that needs libtorch_cuda.so and does
-not import beside a CPU torch), and Triton is PyPI's wheel, whose test plugins the copy of the
-profile accepts as the cpu profile does. Everything else -- profile, lock, template,
-build, scan, preflight -- is the real logic, and nothing reaches a network.
+Upstream's released images (lmsysorg/sglang:v0.5.23-rocm10-mi30x/-mi35x,
+rocm/sgl-dev:v0.5.23-rocm724-gfx1151-<date>) cannot be fetched here, so fixture bases stand in
+for them: the session's debootstrapped Debian with a venv at /opt/venv whose site-packages hold
+sglang 0.5.23 from PyPI (installed with `pip install --target`, as upstream's ROCm 10 images keep
+everything in /opt/venv), and on top of that one of the two ROCm layouts of helpers/rocm_base.py:
+the ROCm 10 pip SDK (/opt/rocm a link into site-packages, LD_LIBRARY_PATH, the release in
+rocm-sdk-core's metadata) for the mi30x/mi35x ref, an apt-installed ROCm 7.2.4 for gfx1151's.
+What differs, and the test's copy of the profiles says so: Debian's Python is 3.11 where
+upstream's is 3.12, gfx1151's copy uses the same /opt/venv Python, torch is a CPU build
+(2.13.0+cpu, the newest CPU build the configured index has) where upstream's is a ROCm build,
+AITER, sgl-kernel and torchvision are metadata-only stand-ins (no index here has a build of them
+for ROCm; PyPI's torchvision is a CUDA build that needs libtorch_cuda.so and does not import
+beside a CPU torch), and Triton is PyPI's wheel, whose test plugins the copy of the profile
+accepts as the cpu profile does. Everything else -- profile, lock, template, build, scan,
+preflight -- is the real logic, and nothing reaches a network.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import pytest
 from helpers.dockerfile_env import dockerfile_env
 from helpers.engine_fixtures import remove_images
 from helpers.images_copy import copy_images, edit_yaml
-from helpers.rocm_base import SITE_PACKAGES, rocm_layout
+from helpers.rocm_base import SITE_PACKAGES, VENV, Layout, rocm_layout
 
 from sglx.cli import main
 
@@ -87,20 +89,22 @@ def cpu_torch(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _install_site_packages(
-    docker: Any, layout: str, wheelhouse: Path, cpu_torch: Path, tag: str
+    docker: Any, base: str, wheelhouse: Path, cpu_torch: Path, tag: str
 ) -> None:
-    """sglang and its serving set into the base Python's site-packages, offline, committed."""
+    """A venv at /opt/venv with sglang and its serving set in its site-packages, offline,
+    committed."""
     wheels = [f"/w/{p.name}" for p in sorted(wheelhouse.glob("*.whl"))]
     wheels = [w for w in wheels if not w.removeprefix("/w/").startswith(LEFT_OUT)]
     wheels += [f"/t/{p.name}" for p in sorted(cpu_torch.glob("*.whl"))]
     script = (
-        "python3 -m venv /tmp/pip && /tmp/pip/bin/pip install -q --no-index --no-deps "
+        f"python3 -m venv --without-pip {VENV} "
+        "&& python3 -m venv /tmp/pip && /tmp/pip/bin/pip install -q --no-index --no-deps "
         f"--no-compile --disable-pip-version-check --target {SITE_PACKAGES} --upgrade "
         + " ".join(wheels)
         + " && rm -rf /tmp/pip"
     )
     container = docker.containers.run(
-        layout,
+        base,
         ["sh", "-c", script],
         detach=True,
         network_mode="none",
@@ -124,34 +128,36 @@ def upstream_base(
     run_id: str,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[dict[str, str]]:
-    """fixture-sglang-rocm: one image, tagged once for the mi30x/mi35x ref and once for
-    gfx1151's. Not carried through `docker save` and `sglx base load`: test_image_fixtures does
-    that with its bases, and the round trip of this multi-GB one cost minutes of CI and tested
-    nothing more."""
+    """fixture-sglang-rocm: the venv with sglang installed once, then the ROCm 10 SDK layout
+    on it for the mi30x/mi35x ref and the apt ROCm 7.2.4 layout for gfx1151's. Not carried
+    through `docker save` and `sglx base load`: test_image_fixtures does that with its bases,
+    and the round trip of this multi-GB one cost minutes of CI and tested nothing more."""
     work = tmp_path_factory.mktemp("fixture-sglang-rocm")
-    layout = f"sglx-test/fixture-sglang-rocm-layout:{run_id}"
-    built = f"sglx-test/fixture-sglang-rocm-build:{run_id}"
+    site = f"sglx-test/fixture-sglang-rocm-site:{run_id}"
     tags = {
         "mi3x": f"sglx-test/fixture-sglang-rocm:{run_id}",
         "gfx1151": f"sglx-test/fixture-sglang-rocm-gfx1151:{run_id}",
     }
+    layouts: dict[str, tuple[Layout, str]] = {
+        "mi3x": ("sdk", "10.0.0"),
+        "gfx1151": ("apt", "7.2.4-1"),
+    }
     try:
-        context = rocm_layout(work / "layout", rocm_version="7.2.4-1", metadata_only=STAND_INS)
-        docker.images.build(
-            path=str(context),
-            tag=layout,
-            buildargs={"BASE": cpu_base},
-            network_mode="none",
-            rm=True,  # docker-py keeps each step's container otherwise
-        )
-        _install_site_packages(docker, layout, cpu_wheelhouse, cpu_torch, built)
-        for tag in tags.values():
-            repository, _, version = tag.partition(":")
-            docker.images.get(built).tag(repository, version)
-        remove_images(docker, built, layout)
+        _install_site_packages(docker, cpu_base, cpu_wheelhouse, cpu_torch, site)
+        for name, (layout, version) in layouts.items():
+            context = rocm_layout(
+                work / name, layout=layout, rocm_version=version, metadata_only=STAND_INS
+            )
+            docker.images.build(
+                path=str(context),
+                tag=tags[name],
+                buildargs={"BASE": site},
+                network_mode="none",
+                rm=True,  # docker-py keeps each step's container otherwise
+            )
         yield tags
     finally:
-        remove_images(docker, built, layout, *tags.values())
+        remove_images(docker, *tags.values(), site)
 
 
 @pytest.fixture(scope="module")
@@ -171,7 +177,10 @@ def project(
         edit_yaml(images / arch / "arch.yaml", {"base": {"ref": upstream_base["mi3x"]}})
     edit_yaml(
         images / "gfx1151" / "arch.yaml",
-        {"python": stand_in, "base": {"ref": upstream_base["gfx1151"]}},
+        {
+            "python": {**stand_in, "executable": f"{VENV}/bin/python3"},
+            "base": {"ref": upstream_base["gfx1151"]},
+        },
     )
     patch = pytest.MonkeyPatch()
     patch.setenv("SGLX_IMAGES_DIR", str(images))
@@ -220,7 +229,8 @@ def test_labels_report_the_base_and_its_versions(
     assert labels["org.opencontainers.image.base.digest"].startswith("sha256:")
     assert labels["io.sglx.base.sglang"] == "0.5.23"
     assert labels["io.sglx.base.torch"] == "2.13.0+cpu"
-    assert labels["io.sglx.base.rocm"] == "7.2.4-1"
+    # ROCm 10 declared by the pip SDK's metadata; ROCm 7.2.4 by /opt/rocm/.info/version
+    assert labels["io.sglx.base.rocm"] == ("7.2.4-1" if arch == "gfx1151" else "10.0.0")
     assert labels["io.sglx.base.matches"] == "true"
 
 
@@ -308,7 +318,7 @@ def test_a_base_with_another_sglang_is_refused(
 ) -> None:
     tag = f"sglx-test/fixture-sglang-0522:{run_id}"
     context = rocm_layout(
-        tmp_path / "other", rocm_version="7.2.4", metadata_only={"sglang": "0.5.22"}
+        tmp_path / "other", layout="sdk", rocm_version="10.0.0", metadata_only={"sglang": "0.5.22"}
     )
     docker.images.build(
         path=str(context), tag=tag, buildargs={"BASE": cpu_base}, network_mode="none", rm=True
@@ -326,3 +336,33 @@ def test_a_base_with_another_sglang_is_refused(
     assert "ships sglang 0.5.22" in error["message"]
     assert "supports sglang 0.5.23" in error["message"]
     assert "Traceback" not in json.dumps(envelope)
+
+
+def test_a_rocm_7_base_is_refused_by_the_rocm_10_profile(
+    project: Path, upstream_base: dict[str, str]
+) -> None:
+    """gfx1151's stand-in has the right Python and sglang but ROCm 7.2.4: gfx942 is for 10."""
+    code, envelope = cli(
+        "image", "build", "--arch", "gfx942", "--base", upstream_base["gfx1151"],
+        "--wheelhouse", str(project / "wheelhouse" / "shared"),
+    )  # fmt: skip
+    assert code == 2
+    [error] = envelope["errors"]
+    assert error["code"] == "base_rocm_mismatch"
+    assert "has ROCm 7.2.4-1" in error["message"]
+    assert "profile is for ROCm >=10.0,<10.1" in error["message"]
+    assert "Traceback" not in json.dumps(envelope)
+
+
+def test_a_missing_gfx1151_base_names_the_dated_tags_to_look_for(
+    project: Path, run_id: str
+) -> None:
+    """Upstream publishes only dated gfx1151 builds: the refusal says which tags to look for."""
+    code, envelope = cli(
+        "image", "build", "--arch", "gfx1151", "--base", f"sglx-test/absent:{run_id}",
+        "--wheelhouse", str(project / "wheelhouse" / "shared"),
+    )  # fmt: skip
+    assert code == 2
+    [error] = envelope["errors"]
+    assert error["code"] == "base_missing"
+    assert "look for rocm/sgl-dev:v0.5.23-rocm724-gfx1151-YYYYMMDD" in error["hint"]

@@ -52,7 +52,7 @@ def fixture_images(
     tmp = tmp_path_factory.mktemp("scan-image")
     cc = helpers.ElfFactory(tmp / "build")
     refs = {}
-    for name, without in (("fixture-rocm", ()), ("fixture-rocm-nohip", ("libamdhip64.so.6",))):
+    for name, without in (("fixture-rocm", ()), ("fixture-rocm-nohip", ("libamdhip64.so.7",))):
         root = helpers.fixture_rocm(cc, tmp / name, without=without)
         extra = cc.lib(root / "opt/extra/libextra.so.1", libc=False)
         cc.lib(root / "opt/venv/other/libuses_extra.so", needs=[extra], libc=False)
@@ -95,7 +95,7 @@ def test_missing_rocm_runtime_is_reported(
     assert {"required_missing", "dlopen_missing", "unresolved"} <= codes(envelope)
     required = [f for f in envelope["findings"] if f["code"] == "required_missing"]
     assert [f["message"].split(" (")[0] for f in required] == [
-        "no library matching 'libamdhip64.so.*' in the image"
+        "no library matching 'libamdhip64.so.7' in the image"
     ]
 
 

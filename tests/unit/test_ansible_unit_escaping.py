@@ -33,6 +33,10 @@ import yaml
 from ansible.errors import AnsibleFilterError
 from helpers.images_copy import copy_images, edit_yaml
 
+from sglx.ansible_vars import render_vars
+from sglx.device_lock import lock_dir_words
+from sglx.profile import load_profile
+
 ROOT = Path(__file__).resolve().parents[2]
 ANSIBLE = ROOT / "ansible"
 ROLE = ANSIBLE / "roles" / "sglang_service"
@@ -245,6 +249,7 @@ def test_hostile_but_legal_values_reach_systemd_and_docker_unchanged(public: Pat
     (odd / "dev node0").touch()
     (odd / "accel env").write_text("X=1\n")
     security = ["label=type:a b", "seccomp=/etc/x %h $HOME;.json"]
+    lock = ["-v", f"{odd / 'lock'}:/run/lock x:ro", "-e", "SGLX_LOCK_DIR=/run/lock x"]
     host = local(
         sglang_service_docker=str(docker),
         sglang_service_args=HOSTILE_ARGS,
@@ -254,6 +259,8 @@ def test_hostile_but_legal_values_reach_systemd_and_docker_unchanged(public: Pat
         sglang_service_mounts=[{"source": str(odd / "weights"), "target": "/models/x y",
                                 "read_only": True, "required": True}],
         sglang_service_devices=[{"path": str(odd / "dev node*"), "required": True}],
+        sglang_service_lock_dir={"source": str(odd / "lock"), "target": "/run/lock x",
+                                 "env": {"SGLX_LOCK_DIR": "/run/lock x"}, "args": lock},
         sglang_service_model_dir=str(odd / "weights"),
         sglang_service_env_files=[str(odd / "accel env")],
         sglang_service_env={"SPACED": "profile's value"},
@@ -272,7 +279,8 @@ def test_hostile_but_legal_values_reach_systemd_and_docker_unchanged(public: Pat
         "--cap-add", "SYS_PTRACE",
         "--security-opt", security[0], "--security-opt", security[1],
         "--ulimit", "memlock=-1", "--ulimit", "nofile=1024:1024",
-        "-v", f"{odd / 'weights'}:/models/x y:ro", "-v", f"{odd / 'weights'}:/models/model:ro",
+        "-v", f"{odd / 'weights'}:/models/x y:ro", *lock,
+        "-v", f"{odd / 'weights'}:/models/model:ro",
         "--env-file", str(odd / "accel env"), "--env-file", "/etc/sglx/sglx-server.env",
         IMAGE, *HOSTILE_ARGS,
     ]  # fmt: skip
@@ -287,11 +295,23 @@ def test_hostile_but_legal_values_reach_systemd_and_docker_unchanged(public: Pat
 
 
 def test_a_plain_unit_is_written_as_before(public: Path) -> None:
-    """Plain words stay bare: the unit an operator reads (and the e2e edits) keeps its shape."""
-    code, out = play(public, {"node": local(sglang_service_args=["--tp", "2"])})
+    """Plain words stay bare: the unit an operator reads (and the e2e edits) keeps its shape.
+    The profile's device-init lock folder is mounted with the words install.sh prints."""
+    profile = load_profile("cpu")
+    lock_vars = render_vars(profile)["sglang_service_lock_dir"]
+    host = local(sglang_service_args=["--tp", "2"], sglang_service_lock_dir=lock_vars)
+    code, out = play(public, {"node": host})
     assert code == 0, out
     text = (public / "out" / "node" / UNIT).read_text()
     assert "ExecStartPre=-/usr/bin/docker rm -f sglx-server\n" in text
+    lock_words = lock_dir_words(profile)
+    assert lock_words == [
+        "-v",
+        "/run/lock/sglx:/run/lock/sglx:ro",
+        "-e",
+        "SGLX_LOCK_DIR=/run/lock/sglx",
+    ]
+    assert f"\n  {' '.join(lock_words)} \\\n" in text
     assert f"\n  {IMAGE} --tp 2\n" in text
     assert '"' not in text
 
@@ -349,6 +369,10 @@ REFUSED: dict[str, tuple[dict[str, Any], str]] = {
     "profile-env-name": (
         {"sglang_service_env": {"1A": "x"}},
         'sglang_service_env sets "1A": an environment variable name',
+    ),
+    "lock-dir-newline": (
+        {"sglang_service_lock_dir": {"source": "/run/lock/x", "args": ["-v", "/a:/b" + INJECT]}},
+        "sglang_service_lock_dir.args[1] holds a control character",
     ),
     "group-address-newline": (
         {"sglang_service_group_address": "10.0.0.1" + INJECT},

@@ -8,6 +8,8 @@ import pytest
 import yaml
 
 from sglx.ansible_vars import render_vars
+from sglx.bundle.install_sh import docker_run_words
+from sglx.device_lock import LOCK_DIR_ENV
 from sglx.profile import known_arches, load_profile
 
 REPO = Path(__file__).resolve().parents[2]
@@ -24,7 +26,17 @@ def role_defaults() -> dict[str, set[str]]:
 
 def test_gfx942_vars_carry_the_profile_host_facts() -> None:
     rendered = render_vars(load_profile("gfx942"))
-    assert rendered["accel_host_kernel_cmdline"] == ["iommu=pt", "pci=realloc=off"]
+    # AMD's system-acceptance list; the blacklist is the site's opt-in (after_boot), not here.
+    assert rendered["accel_host_kernel_cmdline"] == [
+        "pci=realloc=off", "pci=bfsort", "iommu=pt", "numa_balancing=disable",
+    ]  # fmt: skip
+    assert rendered["accel_host_after_boot_modules"] == ["amdgpu"]
+    assert rendered["accel_host_driver"] == {
+        "min_version": "6.14.14",
+        "version_file": "/sys/module/amdgpu/version",
+        "note": load_profile("gfx942").host.driver.note,  # type: ignore[union-attr]
+        "module": "amdgpu",
+    }
     assert rendered["accel_host_sysctl"] == {"kernel.numa_balancing": "0"}
     assert rendered["accel_host_service_env"] == {"GPU_MAX_HW_QUEUES": "2"}
     assert rendered["accel_host_device_groups"] == ["video", "render"]
@@ -37,6 +49,22 @@ def test_gfx942_vars_carry_the_profile_host_facts() -> None:
     assert rendered["sglang_service_env_forbidden"] == ["HSA_OVERRIDE_GFX_VERSION"]
 
 
+@pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
+def test_every_amd_kernel_argument_names_amds_document(arch: str) -> None:
+    """The sources are data in the profile: each argument cites AMD's system-acceptance page."""
+    host = load_profile(arch).host
+    acceptance = "https://instinct.docs.amd.com/projects/system-acceptance/"
+    assert all(acceptance in a.source for a in host.kernel_cmdline)
+    assert host.after_boot is not None and acceptance in host.after_boot.source
+    assert render_vars(load_profile(arch))["accel_host_after_boot_modules"] == ["amdgpu"]
+
+
+def test_arches_without_an_after_boot_module_render_none() -> None:
+    for arch in ("cpu", "kunlun", "gfx1151"):
+        assert render_vars(load_profile(arch))["accel_host_after_boot_modules"] == []
+    assert "module" not in render_vars(load_profile("kunlun"))["accel_host_driver"]
+
+
 def test_kunlun_vars_carry_modes_modules_and_floors() -> None:
     rendered = render_vars(load_profile("kunlun"))
     assert rendered["accel_host_node_modes"] == [{"name": "xpu*", "mode": "0666"}]
@@ -44,7 +72,32 @@ def test_kunlun_vars_carry_modes_modules_and_floors() -> None:
     assert rendered["accel_host_driver"]["min_version"] == "5.0.21.26"
     assert rendered["accel_host_driver"]["version_file"] == "/proc/kunlun/version"
     assert rendered["accel_host_firmware"]["min_version"] == "1.48"
+    # No file reports the firmware: the role and the checks read it with xpu-smi -q.
+    assert rendered["accel_host_firmware"]["tool"] == "xpu-smi"
+    assert rendered["accel_host_firmware"]["version_file"] == ""
+    assert "tool" not in rendered["accel_host_driver"]
     assert rendered["sglang_service_ulimits"] == {"memlock": -1}
+
+
+@pytest.mark.parametrize("arch", known_arches())
+def test_every_way_to_run_the_server_mounts_one_lock_folder(arch: str) -> None:
+    """The unit (role vars) and install.sh / bundle install (docker_run_words) mount the
+    profile's device-init lock folder with the same words, and name it in the variable the
+    plugin reads; the image does not bake it (a container run by hand keeps its own lock)."""
+    profile = load_profile(arch)
+    lock = profile.container.lock_dir
+    words = ["-v", f"{lock.source}:{lock.target}:ro", "-e", f"{LOCK_DIR_ENV}={lock.target}"]
+    assert render_vars(profile)["sglang_service_lock_dir"] == {
+        "source": lock.source,
+        "target": lock.target,
+        "env": {LOCK_DIR_ENV: lock.target},
+        "args": words,
+    }
+    run = docker_run_words(profile, "sglx/x:1")
+    at = run.index(words[1]) - 1
+    assert run[at : at + 4] == words
+    assert LOCK_DIR_ENV not in profile.env
+    assert LOCK_DIR_ENV in profile.ranks.per_node_env
 
 
 @pytest.mark.parametrize("arch", known_arches())

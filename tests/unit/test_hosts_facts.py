@@ -23,7 +23,11 @@ def test_profile_wins_over_stale_inventory_and_site_settings_over_defaults() -> 
     }
     facts = host_facts("mi300x-01", inventory, None)
     assert facts.arch == "gfx942"
-    assert facts["accel_host_kernel_cmdline"] == ["iommu=pt", "pci=realloc=off"]
+    assert facts["accel_host_kernel_cmdline"] == [
+        "pci=realloc=off", "pci=bfsort", "iommu=pt", "numa_balancing=disable",
+    ]  # fmt: skip
+    # No after-boot opt-in in this inventory: no blacklist is expected on the command line.
+    assert facts.late_modules == [] and facts.kernel_cmdline == facts["accel_host_kernel_cmdline"]
     assert facts.container == "server-7"
     assert facts.service == "sglx-server"  # the role's default
     # "{{ sglang_service_port }}" in the defaults resolves to the profile's port.

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -15,7 +17,7 @@ import pytest
 from helpers.profiles import bake
 
 from sglx_platform.consistency import differences, fingerprint
-from sglx_platform.device_init import LOCK_NAME, host_lock, init_device
+from sglx_platform.device_init import LOCK_NAME, host_lock, init_device, lock_path
 from sglx_platform.failures import FailureClass, PlatformError
 
 
@@ -56,27 +58,63 @@ def test_a_device_that_never_answers_is_an_init_hang() -> None:
     assert time.monotonic() - started < 10  # reported at the timeout, not retried
 
 
-def test_init_waits_for_another_process_holding_the_host_lock(tmp_path: Path) -> None:
+def test_init_waits_for_another_process_holding_the_host_lock(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Another process holds the lock on the $SGLX_LOCK_DIR folder: init says it waits, and its
+    device operation runs only after that process let go (told by event order, not time)."""
     holder = subprocess.Popen(
         [
             sys.executable,
             "-c",
             textwrap.dedent(f"""
-            import fcntl, sys, time
-            f = open({str(tmp_path / LOCK_NAME)!r}, "a")
-            fcntl.flock(f, fcntl.LOCK_EX)
+            import fcntl, os, sys
+            fd = os.open({str(tmp_path)!r}, os.O_RDONLY | os.O_DIRECTORY)
+            fcntl.flock(fd, fcntl.LOCK_EX)
             print("locked", flush=True)
-            time.sleep(1.5)
+            sys.stdin.readline()
         """),
         ],
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
     )
-    assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
-    started = time.monotonic()
-    init_device(lambda: None, "fixture device 0")  # waits ~1.5 s, then runs
-    assert time.monotonic() - started > 0.5
-    holder.wait(timeout=10)
+    assert holder.stdin is not None and holder.stdout is not None
+    assert holder.stdout.readline().strip() == "locked"
+    events: list[str] = []
+    caplog.set_level(logging.INFO, logger="sglx_platform.device_init")
+    waiter = threading.Thread(target=init_device, args=(lambda: events.append("init"), "dev 0"))
+    waiter.start()
+    deadline = time.monotonic() + 30
+    while "waiting for the device-init lock" not in caplog.text:
+        assert time.monotonic() < deadline and waiter.is_alive(), caplog.text
+        time.sleep(0.05)
+    events.append("released")
+    holder.stdin.write("go\n")
+    holder.stdin.close()
+    waiter.join(timeout=30)
+    holder.wait(timeout=30)
+    assert events == ["released", "init"]
+    assert f"waiting for the device-init lock {tmp_path}:" in caplog.text
+
+
+def test_a_lock_dir_that_is_not_mounted_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """$SGLX_LOCK_DIR set without its folder (-e without -v): refused, not a private lock."""
+    monkeypatch.setenv("SGLX_LOCK_DIR", str(tmp_path / "not-mounted"))
+    with pytest.raises(PlatformError) as caught:
+        init_device(lambda: None, "fixture device 0")
+    assert caught.value.failure is FailureClass.CONFIG_REFUSED
+    assert "not-mounted" in caught.value.detail and "container.lock_dir" in caught.value.fix
+
+
+def test_without_a_lock_dir_the_lock_is_a_file_of_this_container(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("SGLX_LOCK_DIR")
+    assert lock_path().name == LOCK_NAME
+    assert lock_path().parent in (Path("/var/lock"), Path("/tmp"))
 
 
 def test_a_lock_held_past_the_timeout_is_an_init_hang(tmp_path: Path) -> None:

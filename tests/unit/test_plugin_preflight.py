@@ -23,10 +23,10 @@ from helpers.profiles import bake
 
 PREFLIGHT = str(Path(sys.executable).with_name("sglx-preflight"))
 ROCM_SONAMES = [
-    "libamdhip64.so.6",
+    "libamdhip64.so.7",
     "libhsa-runtime64.so.1",
-    "librocblas.so.4",
-    "libhipblaslt.so.0",
+    "librocblas.so.5",
+    "libhipblaslt.so.1",
     "librccl.so.1",
     "libamd_comgr.so.3",
 ]
@@ -82,7 +82,7 @@ def test_a_host_without_the_gpu_fails_as_device_init_failed(tmp_path: Path) -> N
     failed = classes(envelope)
     assert failed["arch"] == "device_init_failed"
     assert failed["device /dev/kfd"] == "device_init_failed"
-    assert failed["library libamdhip64.so.*"] == "symbol_not_found"
+    assert failed["library libamdhip64.so.7"] == "symbol_not_found"
     hints = {f["message"].split(":")[0]: f["hint"] for f in envelope["findings"]}
     assert "--device /dev/kfd --device /dev/dri" in hints["arch"]
 

@@ -135,6 +135,30 @@ def test_missing_required_field_is_named(images: Path) -> None:
     assert "devices.probe.version_file: required key is missing" in issue
 
 
+def test_a_pinned_floor_names_where_the_host_reports_it(images: Path) -> None:
+    # The bug this guards: a firmware floor with no file and no tool failed on every host.
+    path = images / "kunlun" / "arch.yaml"
+    edit(path, "    tool: xpu-smi\n", "")
+    (issue,) = issues_of(path)
+    assert "host.firmware: min_version '1.48' is pinned but nothing says where the host" in issue
+    assert "set 'version_file' (a file) or 'tool' (e.g. xpu-smi)" in issue
+
+
+def test_a_floor_reads_one_source_not_two(images: Path) -> None:
+    path = images / "kunlun" / "arch.yaml"
+    edit(path, "    tool: xpu-smi\n", "    tool: xpu-smi\n    version_file: /proc/kunlun/fw\n")
+    (issue,) = issues_of(path)
+    assert "host.firmware: set one of 'version_file' and 'tool', not both" in issue
+
+
+def test_a_driver_floor_is_not_read_from_a_tool(images: Path) -> None:
+    path = images / "kunlun" / "arch.yaml"
+    driver = "    version_file: /proc/kunlun/version\n    note: FastDeploy's P800 requirement (dr"
+    edit(path, driver, driver.replace("version_file: /proc/kunlun/version", "tool: xpu-smi"))
+    (issue,) = issues_of(path)
+    assert "host: driver.tool 'xpu-smi': a driver floor is read from its version_file" in issue
+
+
 def test_missing_required_top_level_field_is_named(images: Path) -> None:
     path = images / "cpu" / "arch.yaml"
     edit(path, "description: x86-64 reference", "# description: x86-64 reference")
@@ -206,3 +230,54 @@ def test_several_problems_are_all_reported(images: Path) -> None:
     assert len(issues) == 2
     assert any("container.shm_size: expected a value matching" in i for i in issues)
     assert any("container.colour: unknown key" in i for i in issues)
+
+
+# --- host.kernel_cmdline, host.after_boot, host.driver.module (issue 22, item 3) --------------
+
+
+def test_a_kernel_argument_without_its_source_is_refused(images: Path) -> None:
+    from helpers.images_copy import edit_yaml
+
+    path = images / "kunlun" / "arch.yaml"
+    edit_yaml(path, {"host": {"kernel_cmdline": ["iommu=pt"]}})
+    (issue,) = issues_of(path)
+    assert "host.kernel_cmdline[0]" in issue and "mapping" in issue
+
+
+def test_a_kernel_argument_is_one_word_and_listed_once(images: Path) -> None:
+    from helpers.images_copy import edit_yaml
+
+    path = images / "kunlun" / "arch.yaml"
+    edit_yaml(path, {"host": {"kernel_cmdline": [{"arg": "a b", "source": "s"}]}})
+    assert any("host.kernel_cmdline[0].arg" in issue for issue in issues_of(path))
+    twice = [{"arg": "iommu=pt", "source": "s"}] * 2
+    edit_yaml(path, {"host": {"kernel_cmdline": twice}})
+    assert any("kernel_cmdline lists ['iommu=pt'] more than once" in i for i in issues_of(path))
+
+
+def test_only_a_module_the_host_loads_can_be_loaded_after_boot(images: Path) -> None:
+    from helpers.images_copy import edit_yaml
+
+    path = images / "gfx942" / "arch.yaml"
+    edit_yaml(path, {"host": {"after_boot": {"modules": ["amdkfd"], "source": "s"}}})
+    (issue,) = issues_of(path)
+    assert "after_boot.modules ['amdkfd'] are not in host.modules ['amdgpu']" in issue
+
+
+def test_the_blacklist_is_the_roles_not_the_profiles(images: Path) -> None:
+    from helpers.images_copy import edit_yaml
+
+    path = images / "gfx942" / "arch.yaml"
+    arg = {"arg": "modprobe.blacklist=amdgpu", "source": "s"}
+    edit_yaml(path, {"host": {"kernel_cmdline": [arg]}})
+    (issue,) = issues_of(path)
+    assert "carries modprobe.blacklist= while after_boot is set" in issue
+
+
+def test_a_module_fallback_needs_the_version_file_it_stands_in_for(images: Path) -> None:
+    from helpers.images_copy import edit_yaml
+
+    path = images / "gfx1151" / "arch.yaml"
+    edit_yaml(path, {"host": {"driver": {"version_file": None}}})
+    (issue,) = issues_of(path)
+    assert "module 'amdgpu' is read only when version_file is absent: set version_file" in issue

@@ -39,16 +39,16 @@ def test_complete_rocm_root_is_clean_for_gfx942(
 def test_missing_hip_runtime_breaks_require_dlopen_and_dependencies(
     cc: ElfFactory, tmp_path: Path, sglx_json: CliJson
 ) -> None:
-    root = fixture_rocm(cc, tmp_path / "root", without=("libamdhip64.so.6",))
+    root = fixture_rocm(cc, tmp_path / "root", without=("libamdhip64.so.7",))
     code, envelope = sglx_json("scan", str(root), "--arch", "gfx942")
     assert code == 1
     found = {(f["code"], f["message"].split(" (")[0]) for f in envelope["findings"]}
-    assert ("required_missing", "no library matching 'libamdhip64.so.*' in the image") in found
+    assert ("required_missing", "no library matching 'libamdhip64.so.7' in the image") in found
     assert ("dlopen_missing", "'libamdhip64.so' is not in the library search path") in found
     missing = envelope["data"]["scans"][0]["unresolved"]
     assert {(m["file"], m["needed"]) for m in missing} >= {
-        ("/opt/venv/torch/lib/libtorch_hip.so", "libamdhip64.so.6"),
-        ("/opt/rocm-6.3.0/lib/librocblas.so.4.3.0", "libamdhip64.so.6"),
+        ("/opt/venv/torch/lib/libtorch_hip.so", "libamdhip64.so.7"),
+        ("/opt/rocm-7.2.4/lib/librocblas.so.5.2.70204", "libamdhip64.so.7"),
     }
 
 
@@ -76,7 +76,7 @@ def test_missing_tensile_files_are_reported_by_glob(
     cc: ElfFactory, tmp_path: Path, sglx_json: CliJson
 ) -> None:
     root = fixture_rocm(cc, tmp_path / "root")
-    shutil.rmtree(root / "opt/rocm-6.3.0/lib/rocblas")
+    shutil.rmtree(root / "opt/rocm-7.2.4/lib/rocblas")
     code, envelope = sglx_json("scan", str(root), "--arch", "gfx942")
     assert (code, codes(envelope)) == (1, ["data_file_missing"])
     assert envelope["findings"][0]["path"] == "/opt/rocm/lib/rocblas/library/*gfx942*"

@@ -20,19 +20,22 @@ import pytest
 from sglx.scan.analysis import ScanReport, Target, analyze
 from sglx.scan.rules import Rules
 
-# soname -> (file name, sonames it needs)
+# soname -> (file name, sonames it needs). The sonames of an apt-installed ROCm 7.2.4; the HIP
+# runtime's (libamdhip64.so.7, libamd_comgr.so.3, libhsa-runtime64.so.1) are ROCm 10's too
+# (images/shared/rocm.yaml, scan.require).
 ROCM_LIBS = {
-    "libhsa-runtime64.so.1": ("libhsa-runtime64.so.1.14.0", ()),
-    "libamd_comgr.so.2": ("libamd_comgr.so.2.8.0", ()),
-    "libamdhip64.so.6": (
-        "libamdhip64.so.6.3.60300",
-        ("libhsa-runtime64.so.1", "libamd_comgr.so.2"),
+    "libhsa-runtime64.so.1": ("libhsa-runtime64.so.1.18.70204", ()),
+    "libamd_comgr.so.3": ("libamd_comgr.so.3.0.70204", ()),
+    "libamdhip64.so.7": (
+        "libamdhip64.so.7.2.70204",
+        ("libhsa-runtime64.so.1", "libamd_comgr.so.3"),
     ),
-    "librocblas.so.4": ("librocblas.so.4.3.0", ("libamdhip64.so.6",)),
-    "libhipblaslt.so.0": ("libhipblaslt.so.0.12.0", ("libamdhip64.so.6",)),
-    "librccl.so.1": ("librccl.so.1.0.60300", ("libamdhip64.so.6",)),
-    "librocm_smi64.so.7": ("librocm_smi64.so.7.4.0", ()),
+    "librocblas.so.5": ("librocblas.so.5.2.70204", ("libamdhip64.so.7",)),
+    "libhipblaslt.so.1": ("libhipblaslt.so.1.2.70204", ("libamdhip64.so.7",)),
+    "librccl.so.1": ("librccl.so.1.0.70204", ("libamdhip64.so.7",)),
+    "librocm_smi64.so.7": ("librocm_smi64.so.7.8.70204", ()),
 }
+ROCM_DIR = "opt/rocm-7.2.4"
 ROCM_DATA = (
     "opt/rocm/bin/rocminfo",
     "usr/share/libdrm/amdgpu.ids",
@@ -123,18 +126,20 @@ def relink(link: Path, target: str) -> Path:
 
 def fixture_rocm(cc: ElfFactory, root: Path, *, without: tuple[str, ...] = ()) -> Path:
     """Stands in for a ROCm base: the HIP runtime, rocBLAS and friends as gcc-built shared
-    objects with ROCm's sonames and layout (/opt/rocm -> /opt/rocm-6.3.0, an ld.so.conf.d
-    entry), a torch library that needs them, and the data files the gfx942 profile names.
-    Sonames in `without` are linked against but not shipped."""
+    objects with the sonames and layout of an apt-installed ROCm 7.2.4 (/opt/rocm ->
+    /opt/rocm-7.2.4, an ld.so.conf.d entry), a torch library that needs them, and the data
+    files the gfx942 profile names. Upstream's ROCm 10 layout (the pip SDK in site-packages,
+    found through LD_LIBRARY_PATH) is helpers/rocm_base.py's, scanned as an image. Sonames in
+    `without` are linked against but not shipped."""
     for d in ("lib/x86_64-linux-gnu", "usr/lib/x86_64-linux-gnu", "etc/ld.so.conf.d"):
         (root / d).mkdir(parents=True, exist_ok=True)
     (root / "etc/ld.so.conf").write_text("include /etc/ld.so.conf.d/*.conf\n")
     (root / "etc/ld.so.conf.d/rocm.conf").write_text("/opt/rocm/lib\n")
-    relink(root / "opt/rocm", "/opt/rocm-6.3.0")
+    relink(root / "opt/rocm", f"/{ROCM_DIR}")
     built: dict[str, Path] = {}
     for soname, (file_name, needs) in ROCM_LIBS.items():
         shipped = soname not in without
-        lib_dir = root / "opt/rocm-6.3.0/lib" if shipped else cc.work / "not-shipped"
+        lib_dir = root / ROCM_DIR / "lib" if shipped else cc.work / "not-shipped"
         built[soname] = cc.lib(
             lib_dir / file_name, soname, needs=[built[n] for n in needs], libc=False
         )
@@ -142,12 +147,12 @@ def fixture_rocm(cc: ElfFactory, root: Path, *, without: tuple[str, ...] = ()) -
             relink(lib_dir / soname, file_name)
             relink(lib_dir / (soname.split(".so")[0] + ".so"), soname)
     for rel in ROCM_DATA:  # written through the real folder: /opt/rocm is an absolute link
-        path = root / rel.replace("opt/rocm/", "opt/rocm-6.3.0/")
+        path = root / rel.replace("opt/rocm/", f"{ROCM_DIR}/")
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("fixture\n")
     cc.lib(
         root / "opt/venv/torch/lib/libtorch_hip.so",
-        needs=[built["libamdhip64.so.6"], built["librocblas.so.4"]],
+        needs=[built["libamdhip64.so.7"], built["librocblas.so.5"]],
         libc=False,
     )
     return root

@@ -13,7 +13,15 @@ from sglx.profile import Profile
 from sglx_platform.baked import baked_profile
 from sglx_platform.cpu_binding import apply_default
 from sglx_platform.failures import FailureClass, PlatformError
-from sglx_platform.server_args import explicit_fields, plan, refusal_error, unknown_fields
+from sglx_platform.model_config import model_facts
+from sglx_platform.server_args import (
+    explicit_fields,
+    fields_read,
+    plan,
+    reads_model,
+    refusal_error,
+    unknown_fields,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -71,21 +79,16 @@ class SglxPlatformMixin:
                 f"does not have: {', '.join(unknown)}",
                 "fix server.defaults / rules / disabled_features in the arch profile",
             )
-        names = {
-            *profile.server.defaults,
-            *profile.server.rules,
-            "mem_fraction_static",
-            "max_total_tokens",
-            "speculative_algorithm",
-        }
-        for spec in profile.server.disabled_features.values():
-            names |= set(spec.args)
+        names = fields_read(profile)
         current = {name: getattr(server_args, name) for name in names}
         # What the user asked for, before sglang's resolution filled values in; records built
         # without it (tests) count their current values as asked.
         asked = getattr(server_args, "_raw_input", None) or current
         explicit = explicit_fields({n: asked.get(n) for n in names if n in asked}, defaults)
-        decided = plan(profile, current, explicit)
+        model = (
+            model_facts(getattr(server_args, "model_path", None)) if reads_model(profile) else {}
+        )
+        decided = plan(profile, current, explicit, model)
         for warning in decided.warnings:
             logger.warning("sglx: %s", warning)
         if decided.refusals:

@@ -3,8 +3,8 @@ what the profile expects.
 
 The build leaves /etc/sglx/base.json (the base's ref and image id, and what it declared at build
 time). Preflight reads the versions again in this container, the way upstream's images declare
-them (pip metadata for sglang and torch, /opt/rocm/.info/version for ROCm), so a later change to
-the environment is caught too.
+them (pip metadata for sglang and torch, ROCm's version file or its pip SDK's metadata: see
+sglx.image.base_probe), so a later change to the environment is caught too.
 """
 
 from __future__ import annotations

@@ -20,8 +20,9 @@ def check_server_args(argv: Sequence[str]) -> list[Check]:
         return [Check("server args", "skip", "none given (pass them after --)")]
     from sglang.srt.server_args import prepare_server_args
 
+    from sglx_platform.model_config import model_facts
     from sglx_platform.platforms.base import server_arg_defaults
-    from sglx_platform.server_args import explicit_fields, plan
+    from sglx_platform.server_args import explicit_fields, plan, reads_model
 
     said = io.StringIO()
     try:
@@ -40,7 +41,8 @@ def check_server_args(argv: Sequence[str]) -> list[Check]:
     profile = baked_profile()
     defaults = server_arg_defaults()
     current = {name: getattr(args, name) for name in defaults if hasattr(args, name)}
-    decided = plan(profile, current, explicit_fields(current, defaults))
+    model = model_facts(getattr(args, "model_path", None)) if reads_model(profile) else {}
+    decided = plan(profile, current, explicit_fields(current, defaults), model)
     checks = [
         failed(
             "server args",

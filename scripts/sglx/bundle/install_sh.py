@@ -34,6 +34,7 @@ from pydantic import StringConstraints
 
 from sglx import base_archive
 from sglx.bundle import layout, manifest
+from sglx.device_lock import lock_dir_words
 from sglx.errors import SglxError
 from sglx.profile import Profile
 
@@ -310,7 +311,8 @@ def _plain(value: str, what: str) -> str:
 
 
 def docker_run_words(profile: Profile, image: str, weights: str | None = None) -> list[str]:
-    """The `docker run` arguments for this profile: devices, groups, ipc, shm, env, port."""
+    """The `docker run` arguments for this profile: devices, groups, ipc, shm, mounts (the
+    device-init lock's host folder among them: sglx.device_lock), env, port."""
     c = profile.container
     words = ["docker", "run", "-d", "--name", f"sglx-{profile.arch}"]
     words += ["--network", "host"] if c.network == "host" else ["-p", f"{c.port}:{c.port}"]
@@ -327,6 +329,7 @@ def docker_run_words(profile: Profile, image: str, weights: str | None = None) -
         words += ["--ulimit", f"{name}={limit}" if limit >= 0 else f"{name}=-1"]
     for mount in c.mounts:
         words += ["-v", f"{mount.source}:{mount.target}" + (":ro" if mount.read_only else "")]
+    words += lock_dir_words(profile)
     if weights is not None:
         words += ["-v", f"{weights}:/models/model:ro"]
     for key, value in sorted(profile.env.items()):

@@ -6,18 +6,33 @@ building (`probe`), and the Dockerfile's deps stage runs it again inside the bui
 against what the base actually has, so that only the locked wheels the base lacks go in.
 
 Declarations are read the way upstream's images make them: Python distributions by their pip
-metadata, ROCm by /opt/rocm/.info/version.
+metadata, ROCm by its version file. A ROCm that apt installed (7.x) declares itself in
+/opt/rocm/.info/version; TheRock's native packages (ROCm >= 7.11) in
+/opt/rocm/core/.info/version (ROCm/TheRock#5475: /opt/rocm holds only links there); the pip SDK
+of upstream's ROCm 10 images (rocm-sdk-core, in site-packages, with /opt/rocm a link to its
+_rocm_sdk_devel tree: sglang docker/rocm.Dockerfile, stage rocm1000-base) by the version of the
+rocm-sdk-core distribution, which is the ROCm release ("pip show rocm-sdk-core" is how sglang's
+own build scripts read it). The first of the three that declares a version wins.
+
+`link` makes the venv sglx builds see this interpreter's site-packages when this interpreter is
+itself a venv (upstream's ROCm 10 images serve from /opt/venv): `python -m venv
+--system-site-packages` run by a venv's interpreter sees the system Python's packages, not the
+venv's.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import site
 import sys
 from importlib.metadata import distributions
 from pathlib import Path
 
-ROCM_VERSION_FILE = Path("/opt/rocm/.info/version")
+# Where a ROCm install declares its release, in the order read (see the module docstring).
+ROCM_VERSION_FILES = (Path("/opt/rocm/.info/version"), Path("/opt/rocm/core/.info/version"))
+ROCM_SDK_DISTRIBUTION = "rocm-sdk-core"
+LINK_NAME = "sglx-base.pth"
 MAX_VERSION_FILE = 4096
 # A requirement line of an sglx lock: "name==version \", then "    --hash=sha256:..." lines.
 PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)")
@@ -38,22 +53,50 @@ def installed() -> dict[str, str]:
     return found
 
 
-def rocm_version() -> str | None:
+def _version_file(path: Path) -> str | None:
     try:
-        with ROCM_VERSION_FILE.open("rb") as handle:
+        with path.open("rb") as handle:
             text = handle.read(MAX_VERSION_FILE).decode(errors="replace").strip()
     except OSError:
         return None
     return text.splitlines()[0].strip() if text else None
 
 
+def rocm_version(dists: dict[str, str] | None = None) -> str | None:
+    """The base's ROCm release: a version file (through /opt/rocm, which may be a link), else
+    the version of the ROCm pip SDK's core distribution; None when nothing declares one."""
+    for path in ROCM_VERSION_FILES:
+        found = _version_file(path)
+        if found:
+            return found
+    return (installed() if dists is None else dists).get(ROCM_SDK_DISTRIBUTION)
+
+
 def facts() -> dict[str, object]:
+    dists = installed()
     return {
         "python": "{}.{}.{}".format(*sys.version_info[:3]),
         "executable": sys.executable,
-        "rocm": rocm_version(),
-        "distributions": installed(),
+        "rocm": rocm_version(dists),
+        "distributions": dists,
     }
+
+
+def link_line(site_dirs: list[str]) -> str:
+    """A .pth line that adds each folder as a site folder (its own .pth files, e.g. those of
+    editable installs, are processed too: a plain path line would skip them)."""
+    return "import site; " + "; ".join(f"site.addsitedir({d!r})" for d in site_dirs) + "\n"
+
+
+def link(venv: Path) -> Path | None:
+    """Make `venv` (created by this interpreter) see this interpreter's site-packages; None
+    when this interpreter is not a venv (--system-site-packages already covers it)."""
+    if sys.prefix == sys.base_prefix:
+        return None
+    major, minor = sys.version_info[:2]
+    target = venv / "lib" / f"python{major}.{minor}" / "site-packages" / LINK_NAME
+    target.write_text(link_line(site.getsitepackages()))
+    return target
 
 
 def filter_lock(lock: str, have: dict[str, str]) -> tuple[str, list[str], list[str]]:
@@ -104,7 +147,13 @@ def main(argv: list[str]) -> int:
             print(f"sglx: keeping the base's {line}")
         print(f"sglx: installing {len(missing)} locked wheels the base lacks")
         return 0
-    print("usage: base_probe.py probe | filter LOCK SGLANG|- OUT REPORT", file=sys.stderr)
+    if len(argv) == 2 and argv[0] == "link":
+        written = link(Path(argv[1]))
+        if written is not None:
+            print(f"sglx: {written} adds the site-packages of {sys.prefix}")
+        return 0
+    usage = "usage: base_probe.py probe | filter LOCK SGLANG|- OUT REPORT | link VENV"
+    print(usage, file=sys.stderr)
     return 2
 
 

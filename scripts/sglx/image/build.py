@@ -8,7 +8,8 @@ Order of work, cheap local checks first, each step failing fast with what to do:
 3. the wheelhouse: every locked wheel present with its sha256 (else the wheel is named);
 4. the engine and the base image (else how to get it offline, from the profile), and what
    the base declares it ships, read in a throwaway container of it (base_probe): a base with
-   another Python, or (sglang.wheel 'base') another sglang than the profile's, is refused;
+   another Python, (sglang.wheel 'base') another sglang, or a ROCm outside base.rocm than the
+   profile's is refused, naming both values;
 5. the weights: the given model converted for the arch (or a generated demo model), with a
    manifest;
 6. wheels and weights imported as images, sglx's own packages built as wheels into a small
@@ -101,7 +102,7 @@ def build_image(
     client = docker_client(timeout=BUILD_TIMEOUT_S)
     base_ref = base or profile.base.ref
     base_image = _require_base(client, profile, base_ref)
-    progress(f"reading what {base_ref} ships (pip metadata, /opt/rocm/.info/version)")
+    progress(f"reading what {base_ref} ships (pip metadata, ROCm's version file)")
     probe = probe_base(client, profile, base_ref)
     facts = _check_base(profile, base_ref, probe)
     tag = tag or f"sglx/{arch}:latest"
@@ -184,7 +185,9 @@ def _require_base(client: Any, profile: Profile, ref: str) -> Any:
             else (profile.base.obtain)
         )
         raise SglxError(
-            f"base image {ref} is not in the engine", hint=how, code="base_missing"
+            f"base image {ref} is not in the engine",
+            hint=how + _tag_pattern(profile),
+            code="base_missing",
         ) from None
     if profile.base.digest and image.id != profile.base.digest:
         raise SglxError(
@@ -238,10 +241,28 @@ def _check_base(profile: Profile, ref: str, probe: dict[str, Any]) -> list[base_
         shown = f"sglang {sglang.found}" if sglang.found else "no sglang"
         raise SglxError(
             f"base image {ref} ships {shown}; this sglx's plugin supports sglang {sglang.expected}",
-            hint=f"load the upstream image of sglang {sglang.expected} ({profile.base.obtain})",
+            hint=f"load the upstream image of sglang {sglang.expected} ({profile.base.obtain})"
+            + _tag_pattern(profile),
             code="base_sglang_mismatch",
         )
+    rocm = by_name["rocm"]
+    if rocm.matches is False:
+        # The base's own kernels (AITER, sgl-kernel, torch) are built for its ROCm, and the
+        # profile's env, scan rules and host driver floor for the profile's.
+        shown = f"ROCm {rocm.found}" if rocm.found else "no ROCm release it declares"
+        raise SglxError(
+            f"base image {ref} has {shown}; the {profile.arch} profile is for ROCm {rocm.expected}",
+            hint=f"load the base the profile names ({profile.base.obtain}), or use a profile "
+            "for that ROCm",
+            code="base_rocm_mismatch",
+        )
     return facts
+
+
+def _tag_pattern(profile: Profile) -> str:
+    """The hint's tail naming the tags to look for, where upstream publishes only dated ones."""
+    pattern = profile.base.tag_pattern
+    return "" if pattern is None else f"; upstream publishes only dated tags: look for {pattern}"
 
 
 def _write_base_report(

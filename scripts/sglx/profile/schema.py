@@ -6,6 +6,8 @@ documentation: `sglx arch schema` renders them into docs/reference/profile.md.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from fnmatch import fnmatchcase
 from typing import Annotated, Any, Literal
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -122,6 +124,13 @@ class BaseImage(_Strict):
         default=None, description="Expected image id (sha256:...) when pinned; null = not pinned."
     )
     obtain: Text = Field(description="How to obtain the base offline, shown when it is missing.")
+    tag_pattern: Text | None = Field(
+        default=None,
+        description="Where upstream publishes no tag for this release, only dated builds: the "
+        "tag pattern to look for (e.g. rocm/sgl-dev:v0.5.23-rocm724-gfx1151-YYYYMMDD). The "
+        "build names it when the base is missing or ships another sglang; null = the ref is a "
+        "published tag.",
+    )
     build: Debootstrap | None = Field(default=None, description="Required when source is build.")
     provides: tuple[Name, ...] = Field(
         default=(),
@@ -132,8 +141,9 @@ class BaseImage(_Strict):
     rocm: Text | None = Field(
         default=None,
         description="PEP 440 specifier the base's ROCm release must satisfy, read from "
-        "/opt/rocm/.info/version (where ROCm installs declare it); null = no ROCm in the base. "
-        "The build records what it found, preflight checks it.",
+        "/opt/rocm/.info/version, /opt/rocm/core/.info/version or the rocm-sdk-core "
+        "distribution's version (the ROCm pip SDK), the first that declares one; null = no "
+        "ROCm in the base. The build refuses a base outside it, preflight checks it.",
     )
 
     @field_validator("rocm")
@@ -293,6 +303,22 @@ class Mount(_Strict):
     purpose: Text = Field(description="Why the container needs it.")
 
 
+class LockDir(_Strict):
+    """The host folder of the device-init lock, mounted into every server container.
+
+    The plugin serialises device bring-up with an flock on the folder $SGLX_LOCK_DIR names
+    (plugin/sglx_platform/device_init.py). Every `docker run` sglx writes (the systemd unit,
+    install.sh, `sglx bundle install`) mounts `source` at `target` and sets SGLX_LOCK_DIR to
+    `target`, so all server containers of a host take one lock. Neither is baked into the image:
+    a container run by hand without the mount keeps a lock of its own."""
+
+    source: AbsPath = Field(
+        description="Folder on the host; the role creates it (root, 0755) and `docker run -v` "
+        "creates it when absent: the lock needs only read access."
+    )
+    target: AbsPath = Field(description="Where the container sees it; SGLX_LOCK_DIR is set to it.")
+
+
 class Container(_Strict):
     """How the server container runs (docker run flags, Docker SDK arguments)."""
 
@@ -310,17 +336,83 @@ class Container(_Strict):
     security_opt: tuple[Text, ...] = Field(default=(), description="--security-opt values.")
     ulimits: dict[Name, StrictInt] = Field(default_factory=dict, description="-1 = unlimited.")
     mounts: tuple[Mount, ...] = Field(default=(), description="Host paths bind-mounted in.")
+    lock_dir: LockDir = Field(
+        description="Host folder of the device-init lock (one per host, shared by its servers)."
+    )
     network: Literal["bridge", "host"] = Field(
         default="bridge", description="Container network (host only for multi-node/RDMA)."
     )
     port: StrictInt = Field(ge=1, le=65535, description="Port the server listens on.")
 
 
-class Rule(_Strict):
-    """What a ServerArgs field may hold on this arch; anything else is refused (or warned)."""
+class ModelCondition(_Strict):
+    """Facts about the served model, read from `config.json` in its folder (model_path).
 
+    A model_path that is not a local folder (a hub id), or a config.json that is missing,
+    unreadable or not a sane JSON object, gives no facts: a rule with a model condition then
+    does not apply."""
+
+    head_dim_above: StrictInt | None = Field(
+        default=None,
+        ge=0,
+        description="Applies when the model's attention head width is above this: config.json "
+        "`head_dim`, else `hidden_size / num_attention_heads` (a multimodal model's "
+        "`text_config` counts too; the widest wins).",
+    )
+
+    def holds(self, model: Mapping[str, Any]) -> bool:
+        """Whether `model` (facts read from config.json; empty when none) matches."""
+        if self.head_dim_above is not None:
+            head_dim = model.get("head_dim")
+            if not isinstance(head_dim, int) or head_dim <= self.head_dim_above:
+                return False
+        return True
+
+
+# ServerArgs field -> the values a condition looks for (a single value is read as a list of one).
+Condition = dict[Name, tuple[Scalar, ...]]
+
+
+class Rule(_Strict):
+    """What a ServerArgs field may hold on this arch; anything else is refused (or warned).
+
+    A rule may be conditional: it applies only when `when`, `unless` and `model` say so, read
+    after the profile's defaults are applied. An unset field (null) is never refused."""
+
+    field: Name | None = Field(
+        default=None,
+        description="The ServerArgs field the rule checks; null = the rule's key. Name it when "
+        "one field has several rules (one shared by a family of arches and one of the arch's "
+        "own, or one per condition), each under its own key.",
+    )
     allow: tuple[Scalar, ...] | None = Field(default=None, description="Only these values.")
     deny: tuple[Scalar, ...] | None = Field(default=None, description="Any value but these.")
+    match: Literal["exact", "glob"] = Field(
+        default="exact",
+        description="exact: allow/deny list values; glob: their strings are shell-style "
+        "patterns (`*`, `?`, `[...]`) matched without regard to case, e.g. `EAGLE*`.",
+    )
+    when: Condition = Field(
+        default_factory=dict,
+        description="The rule applies only when every named ServerArgs field holds one of the "
+        "listed values (after the profile's defaults), e.g. `{attention_backend: [wave]}`.",
+    )
+    unless: Condition = Field(
+        default_factory=dict,
+        description="The rule does not apply when any named ServerArgs field holds one of the "
+        "listed values, e.g. `{disable_cuda_graph: [true]}`.",
+    )
+    model: ModelCondition | None = Field(
+        default=None,
+        description="The rule applies only to a model that matches this, read from config.json "
+        "in the model's folder; a hub id or an unreadable config.json matches nothing.",
+    )
+    default: Scalar = Field(
+        default=None,
+        description="When the rule applies and the user did not set the field, the plugin "
+        "writes this value (one the rule permits) instead of refusing; a value the user set "
+        "is still refused. null = no default.",
+    )
     action: Literal["refuse", "warn"] = Field(
         default="refuse",
         description="refuse: the server does not start; warn: it starts and "
@@ -329,16 +421,48 @@ class Rule(_Strict):
     reason: Text = Field(description="Why, in one sentence with its source.")
     instead: Text | None = Field(default=None, description="What to use instead.")
 
+    @field_validator("when", "unless", mode="before")
+    @classmethod
+    def _values_as_lists(cls, value: Any) -> Any:
+        if isinstance(value, Mapping):
+            return {k: v if isinstance(v, list | tuple) else [v] for k, v in value.items()}
+        return value
+
     @model_validator(mode="after")
     def _one_of_allow_deny(self) -> Rule:
         if (self.allow is None) == (self.deny is None):
             raise ValueError("give exactly one of 'allow' or 'deny'")
+        if self.default is not None and not self.permits(self.default):
+            raise ValueError(f"default {self.default!r} is one the rule itself refuses")
         return self
+
+    @property
+    def conditional(self) -> bool:
+        """Whether the rule depends on other fields or on the model."""
+        return bool(self.when or self.unless or self.model is not None)
+
+    def applies(self, values: Mapping[str, Any], model: Mapping[str, Any]) -> bool:
+        """Whether the conditions hold for these ServerArgs values and model facts."""
+        if any(values.get(k) not in wanted for k, wanted in self.when.items()):
+            return False
+        if any(values.get(k) in wanted for k, wanted in self.unless.items()):
+            return False
+        return self.model is None or self.model.holds(model)
 
     def permits(self, value: Any) -> bool:
         if value is None:
             return True  # an unset field is never refused
-        return value in self.allow if self.allow is not None else value not in (self.deny or ())
+        if self.allow is not None:
+            return self._listed(value, self.allow)
+        return not self._listed(value, self.deny or ())
+
+    def _listed(self, value: Any, entries: tuple[Scalar, ...]) -> bool:
+        if self.match == "glob" and isinstance(value, str):
+            return any(
+                isinstance(entry, str) and fnmatchcase(value.lower(), entry.lower())
+                for entry in entries
+            )
+        return value in entries
 
 
 class DisabledFeature(_Strict):
@@ -374,7 +498,12 @@ class Server(_Strict):
     defaults: dict[Name, Scalar] = Field(
         default_factory=dict, description="ServerArgs field -> value, applied when unset."
     )
-    rules: dict[Name, Rule] = Field(default_factory=dict, description="ServerArgs field -> rule.")
+    rules: dict[Name, Rule] = Field(
+        default_factory=dict,
+        description="Rule name -> rule. The name is the ServerArgs field the rule checks unless "
+        "the rule names its `field`. Fragments and arches merge rules by name: an arch replaces "
+        "a shared rule by reusing its name (`null` removes it) and adds one under a new name.",
+    )
     disabled_features: dict[Name, DisabledFeature] = Field(default_factory=dict)
     speculative_decoding: Literal["never", "opt_in", "auto"] = Field(
         description="never: refused; opt_in: only when asked for with --speculative-algorithm; "
@@ -385,10 +514,18 @@ class Server(_Strict):
     @model_validator(mode="after")
     def _defaults_obey_rules(self) -> Server:
         for name, value in self.defaults.items():
-            rule = self.rules.get(name)
-            if rule is not None and not rule.permits(value):
-                raise ValueError(f"default {name}={value!r} is refused by rules.{name}")
+            for key, rule in self.rules.items():
+                if (rule.field or key) == name and not rule.conditional and not rule.permits(value):
+                    raise ValueError(f"default {name}={value!r} is refused by rules.{key}")
         return self
+
+    def field_rules(self) -> list[tuple[str, Rule]]:
+        """Every rule with the ServerArgs field it checks."""
+        return [(rule.field or name, rule) for name, rule in self.rules.items()]
+
+    def rules_on(self, field: str) -> list[Rule]:
+        """The rules that check `field`."""
+        return [rule for name, rule in self.field_rules() if name == field]
 
 
 class EnvFloor(_Strict):
@@ -493,15 +630,75 @@ class VersionFloor(_Strict):
     min_version: Text | None = Field(
         default=None, description="Lowest known-good version; null = unpinned."
     )
-    version_file: AbsPath | None = Field(default=None, description="Where the host reports it.")
+    version_file: AbsPath | None = Field(
+        default=None,
+        description="File the host reports it in; its first dotted number with the most "
+        "parts is the version.",
+    )
+    tool: Literal["xpu-smi"] | None = Field(
+        default=None,
+        description="Vendor tool that reports it instead of a file: xpu-smi (`xpu-smi -q`, "
+        "each card's firmware; the path is the role's accel_host_xpu_smi). Hosts without "
+        "the tool are reported as not checked. Firmware floors only.",
+    )
+    module: Name | None = Field(
+        default=None,
+        description="Kernel module whose `modinfo -F version MODULE` is read when version_file "
+        "is absent: the driver is installed but not loaded (yet), e.g. blacklisted at boot "
+        "(host.after_boot). Driver floors only.",
+    )
     note: Text = Field(description="Source of the floor, or why it is not pinned.")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> VersionFloor:
+        """A pinned floor the host cannot be read against fails on every host: refused here."""
+        if self.version_file is not None and self.tool is not None:
+            raise ValueError("set one of 'version_file' and 'tool', not both")
+        if self.min_version is not None and self.version_file is None and self.tool is None:
+            raise ValueError(
+                f"min_version {self.min_version!r} is pinned but nothing says where the host "
+                "reports its version: set 'version_file' (a file) or 'tool' (e.g. xpu-smi)"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _module_backs_a_file(self) -> VersionFloor:
+        if self.module is not None and self.version_file is None:
+            raise ValueError(
+                f"module {self.module!r} is read only when version_file is absent: set "
+                "version_file too (e.g. /sys/module/MODULE/version)"
+            )
+        return self
+
+
+class KernelArg(_Strict):
+    """One kernel command-line argument and who asks for it."""
+
+    arg: Annotated[str, StringConstraints(strict=True, pattern=r"^[^\s\"'\\$`]+$")] = Field(
+        description="The argument as /proc/cmdline shows it (one word, no quotes), e.g. iommu=pt."
+    )
+    source: Text = Field(description="The vendor document (URL) or guide that asks for it.")
+
+
+class AfterBoot(_Strict):
+    """Modules the vendor allows loading after boot rather than by the kernel at boot."""
+
+    modules: tuple[Name, ...] = Field(
+        min_length=1,
+        description="Blacklisted on the kernel command line (modprobe.blacklist=) and loaded by "
+        "a systemd unit once the host is up, when the site sets accel_host_load_after_boot; "
+        "each must be in host.modules.",
+    )
+    source: Text = Field(description="The vendor document (URL) that describes it, and why.")
 
 
 class Host(_Strict):
     """Host settings the Ansible role applies and the host checks verify."""
 
-    kernel_cmdline: tuple[Text, ...] = Field(
-        default=(), description="Arguments the kernel command line must carry (reboot to apply)."
+    kernel_cmdline: tuple[KernelArg, ...] = Field(
+        default=(),
+        description="Arguments the kernel command line must carry (reboot to apply), each with "
+        "its source.",
     )
     sysctl: dict[Annotated[str, StringConstraints(pattern=r"^[a-z0-9_.]+$")], StrictStr] = Field(
         default_factory=dict, description="sysctl name -> value, persisted in /etc/sysctl.d."
@@ -515,6 +712,43 @@ class Host(_Strict):
     )
     driver: VersionFloor | None = Field(default=None, description="Kernel driver floor.")
     firmware: VersionFloor | None = Field(default=None, description="Device firmware floor.")
+    after_boot: AfterBoot | None = Field(
+        default=None,
+        description="Modules a site may load after boot instead (opt-in: the accel_host role's "
+        "accel_host_load_after_boot); null = none.",
+    )
+
+    @model_validator(mode="after")
+    def _host_consistent(self) -> Host:
+        args = [a.arg for a in self.kernel_cmdline]
+        repeated = sorted({a for a in args if args.count(a) > 1})
+        if repeated:
+            raise ValueError(f"kernel_cmdline lists {repeated} more than once")
+        if self.after_boot is not None:
+            stray = [m for m in self.after_boot.modules if m not in self.modules]
+            if stray:
+                raise ValueError(
+                    f"after_boot.modules {stray} are not in host.modules {list(self.modules)}: "
+                    "only a module the host loads can be loaded after boot"
+                )
+            if any(a.startswith("modprobe.blacklist=") for a in args):
+                raise ValueError(
+                    "kernel_cmdline carries modprobe.blacklist= while after_boot is set: the role "
+                    "adds the blacklist itself when the site opts in; remove it from kernel_cmdline"
+                )
+        return self
+
+    @model_validator(mode="after")
+    def _driver_read_from_a_file(self) -> Host:
+        """xpu-smi's `Driver Version` can be an NVIDIA-compatibility string (515.58 beside a
+        5.0.21.47 driver, baidu/vLLM-Kunlun PR #148), and no reader of the role or the checks
+        takes a driver from a tool: a driver floor reads its version_file."""
+        if self.driver is not None and self.driver.tool is not None:
+            raise ValueError(
+                f"driver.tool {self.driver.tool!r}: a driver floor is read from its "
+                "version_file (or module); 'tool' is for firmware floors"
+            )
+        return self
 
 
 class Ranks(_Strict):

@@ -5,13 +5,14 @@ floating-point tensors (F64, F32, F16, BF16) become that dtype; integer, boolean
 low-bit (FP8/FP6/FP4) tensors are carried byte for byte.
 
 A quantized checkpoint (config.json `quantization_config.quant_method`) is first held against
-the profile's `server.rules["quantization"]`, the same rule the plugin applies to
-`--quantization`: a refused method stops the conversion with the rule's reason and what to use
-instead; a `warn` rule lets it through with the reason as a warning. Inside an accepted quantized
-checkpoint the quantization parameters (scales, zero points, packed weights, group indices) keep
-their dtype, because the kernels read them at the precision they were calibrated in; only the
-remaining float tensors (embeddings, norms, unquantized layers) follow the arch dtype. Methods
-whose parameter names sglx does not know are refused rather than guessed at.
+the profile's unconditional rules on `quantization` (`server.rules`), the same rules the
+plugin applies to `--quantization`: a refused method stops the conversion with the rule's
+reason and what to use instead; a `warn` rule lets it through with the reason as a warning.
+Inside an accepted quantized checkpoint the quantization parameters (scales, zero points,
+packed weights, group indices) keep their dtype, because the kernels read them at the precision
+they were calibrated in; only the remaining float tensors (embeddings, norms, unquantized
+layers) follow the arch dtype. Methods whose parameter names sglx does not know are refused
+rather than guessed at.
 """
 
 from __future__ import annotations
@@ -116,8 +117,12 @@ def dtype_policy(
     if method is None:
         return DtypePolicy(target), ()
     warnings: list[str] = []
-    rule = profile.server.rules.get(QUANTIZATION_RULE)
-    if rule is not None and not rule.permits(method):
+    # Conditional rules depend on other server arguments or the served model, which a
+    # conversion does not know; the unconditional ones hold for every launch.
+    rules = [r for r in profile.server.rules_on(QUANTIZATION_RULE) if not r.conditional]
+    for rule in sorted(rules, key=lambda r: r.action != "refuse"):
+        if rule.permits(method):
+            continue
         message = (
             f"the checkpoint is quantized with '{method}', which arch '{profile.arch}' "
             f"{'refuses' if rule.action == 'refuse' else 'warns about'}: {rule.reason}"
