@@ -58,10 +58,11 @@ unit: ## Run the unit tests only (no Docker engine needed)
 	@SGLX_NO_ENGINE=1 bash scripts/bootstrap.sh
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
 
-lint: setup ## ruff (lint and format check), mypy, ansible-lint (production profile) and the Ansible vars drift check
+lint: setup ## ruff (lint and format check), mypy, the import layering contracts, ansible-lint (production profile) and the Ansible vars drift check
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-cache
 	cd ansible && PATH="$(abspath $(BIN)):$$PATH" $(abspath $(BIN))/ansible-lint -q
 	for arch in $$($(SGLX) arch list --json | $(BIN)/python -c 'import json,sys; print(" ".join(a["arch"] for a in json.load(sys.stdin)["data"]["arches"]))'); do \
 	  $(SGLX) ansible vars --arch $$arch --out ansible/inventory/example/group_vars/$$arch/sglx_profile.yml --check; done

@@ -60,9 +60,9 @@ def main() -> int:
 
     from sglx.engine import docker_client
     from sglx.image.build import build_image
-    from sglx.profile import load_profile
     from sglx.progress import Progress
     from sglx.wheels.steps import default_wheelhouse, load_lock
+    from sglx_core.profile import load_profile
 
     profile = load_profile(args.arch)
     client = docker_client()

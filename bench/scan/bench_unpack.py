@@ -19,20 +19,22 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from sglx.bundle import layout
 from sglx.bundle.manifest import parse
+from sglx.bundle.scan_target import bundle_archive
 from sglx.bundle.verify import read_manifest_bytes
-from sglx.profile import load_profile
 from sglx.progress import Progress
 from sglx.scan.analysis import analyze
-from sglx.scan.bundle import archive_targets
+from sglx.scan.archive import chunked_targets
 from sglx.scan.inventory import names_only
 from sglx.scan.result import build_result
 from sglx.scan.rules import Rules
-from sglx.util import scratch_dir
+from sglx_core.profile import load_profile
+from sglx_core.util import scratch_dir
 
 MODES: dict[str, Callable[[str], bool]] = {
     "every file written (baseline)": lambda name: False,
@@ -42,13 +44,11 @@ MODES: dict[str, Callable[[str], bool]] = {
 
 def scan_once(bundle: Path, rules: Rules, keep_names: Callable[[str], bool]) -> tuple[float, Any]:
     """Seconds of one unpack + scan + cleanup, and the report without its timings."""
-    manifest = parse(read_manifest_bytes(bundle), str(bundle / layout.MANIFEST))
-    chunks = tuple(bundle / chunk for chunk in manifest.image.chunks)
+    spec = replace(bundle_archive(bundle), wheels=())  # the image archive alone
     progress = Progress("bench", quiet=True)
     started = time.monotonic()
     with scratch_dir("sglx-bench-unpack-") as scratch:
-        archive = bundle / manifest.image.archive
-        targets = archive_targets(archive, chunks, scratch, progress, keep_names)
+        targets = chunked_targets(spec, scratch, progress, keep_names)
         jobs = len(os.sched_getaffinity(0))
         reports = [analyze(target, rules, jobs=jobs, progress=progress) for target in targets]
         result = build_result(reports, {"kind": "bundle", "path": str(bundle)})

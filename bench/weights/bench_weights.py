@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from sglx.report import Table
+from sglx_core.report import Table
 
 MIB = 2**20
 TRANSFORMERS_ROUND_TRIP = """

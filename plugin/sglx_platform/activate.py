@@ -12,8 +12,8 @@ from __future__ import annotations
 import logging
 import os
 
-from sglx.errors import SglxError
-from sglx.profile.schema import DeviceNode
+from sglx_core.errors import SglxError
+from sglx_core.profile.schema import DeviceNode
 from sglx_platform.baked import PROFILE_ENV, baked_profile, profile_path
 from sglx_platform.failures import FailureClass, PlatformError
 from sglx_platform.probe import PROBE_ROOT_ENV, ProbeResult, probe

@@ -11,7 +11,7 @@ import os
 from functools import lru_cache
 from pathlib import Path
 
-from sglx.profile import Profile, load_profile_file
+from sglx_core.profile import Profile, load_profile_file
 
 PROFILE_ENV = "SGLX_PROFILE"
 DEFAULT_PROFILE = Path("/etc/sglx/arch.yaml")

@@ -25,7 +25,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from sglx.profile import Profile
+from sglx_core.profile import Profile
 from sglx_platform.failures import FailureClass, PlatformError
 
 logger = logging.getLogger(__name__)

@@ -15,7 +15,7 @@ import os
 from collections.abc import MutableMapping
 from typing import Any
 
-from sglx.profile.schema import Ranks
+from sglx_core.profile.schema import Ranks
 
 logger = logging.getLogger(__name__)
 VARIABLE = "SGLANG_CPU_OMP_THREADS_BIND"

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from sglx.device_lock import LOCK_DIR_ENV
+from sglx_core.device_lock import LOCK_DIR_ENV
 from sglx_platform.failures import FailureClass, PlatformError
 
 logger = logging.getLogger(__name__)

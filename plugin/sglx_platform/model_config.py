@@ -8,7 +8,7 @@ only reads the facts they compare against.
 The read never stops the server: model_path may be a hub id (not read; sglang downloads it
 later), and a config.json that is missing, a link to a device, oversized or not a JSON object
 gives no facts, so no model-conditioned rule applies. The read is bounded and opens a regular
-file only (sglx.untrusted), because the folder comes from outside.
+file only (sglx_core.untrusted), because the folder comes from outside.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeGuard
 
-from sglx.errors import SglxError
-from sglx.untrusted import read_json
+from sglx_core.errors import SglxError
+from sglx_core.untrusted import read_json
 
 logger = logging.getLogger(__name__)
 

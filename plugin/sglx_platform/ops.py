@@ -17,7 +17,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from sglx.profile import Profile
+from sglx_core.profile import Profile
 
 logger = logging.getLogger(__name__)
 

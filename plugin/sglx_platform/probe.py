@@ -12,8 +12,8 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sglx.profile import Profile
-from sglx.profile.schema import KfdProbe, KunlunProbe
+from sglx_core.profile import Profile
+from sglx_core.profile.schema import KfdProbe, KunlunProbe
 
 PROBE_ROOT_ENV = "SGLX_PROBE_ROOT"
 KFD_NODES = "sys/class/kfd/kfd/topology/nodes"

@@ -11,8 +11,8 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sglx.profile import Profile
-from sglx.profile.schema import Rule
+from sglx_core.profile import Profile
+from sglx_core.profile.schema import Rule
 from sglx_platform.failures import FailureClass, PlatformError
 
 

@@ -15,11 +15,13 @@ from typing import Any
 
 import yaml
 
-from sglx.device_lock import lock_dir_vars
-from sglx.errors import SglxError
-from sglx.profile import Profile, load_profile
-from sglx.report import Finding, Result
-from sglx.util import atomic_write_text
+from sglx.run_spec import ansible_vars as spec_vars
+from sglx.run_spec import run_spec
+from sglx_core.device_lock import lock_dir_vars
+from sglx_core.errors import SglxError
+from sglx_core.profile import Profile, load_profile
+from sglx_core.report import Finding, Result
+from sglx_core.util import atomic_write_text
 
 VARS_FILE = "sglx_profile.yml"
 HEADER = (
@@ -83,7 +85,7 @@ def _floor(floor: Any) -> dict[str, str]:
 
 def render_vars(profile: Profile) -> dict[str, Any]:
     """Role variables for one arch; every key is a public variable of one role."""
-    host, container = profile.host, profile.container
+    host, spec = profile.host, run_spec(profile)
     service_env = {}
     if host.gpu_max_hw_queues is not None:
         service_env["GPU_MAX_HW_QUEUES"] = str(host.gpu_max_hw_queues)
@@ -106,34 +108,11 @@ def render_vars(profile: Profile) -> dict[str, Any]:
         "accel_host_service_env": service_env,
         "accel_host_driver": _floor(host.driver),
         "accel_host_firmware": _floor(host.firmware),
-        "sglang_service_port": container.port,
-        "sglang_service_network": container.network,
-        "sglang_service_ipc": container.ipc,
-        "sglang_service_shm_size": container.shm_size,
-        "sglang_service_cap_add": list(container.cap_add),
-        "sglang_service_security_opt": list(container.security_opt),
-        "sglang_service_ulimits": dict(container.ulimits),
-        "sglang_service_mounts": [
-            {
-                "source": m.source,
-                "target": m.target,
-                "read_only": m.read_only,
-                "required": m.required,
-            }
-            for m in container.mounts
-        ],
+        # How the unit runs the container: the run spec (sglx.run_spec), shared with
+        # install.sh and `sglx bundle install`.
+        **spec_vars(spec),
         "sglang_service_lock_dir": lock_dir_vars(profile),
-        "sglang_service_devices": [
-            {"path": n.path, "required": n.required} for n in profile.devices.nodes
-        ],
-        "sglang_service_groups": list(profile.devices.groups),
-        "sglang_service_numeric_gids": profile.devices.numeric_gids,
-        "sglang_service_env": dict(profile.env),
         "sglang_service_env_forbidden": sorted(profile.env_forbidden),
-        "sglang_service_env_floors": [
-            {"when": dict(floor.when), "name": floor.name, "minimum": floor.minimum}
-            for _, floor in sorted(profile.env_floors.items())
-        ],
     }
 
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import yaml
 
-from sglx.errors import SglxError
-from sglx.profile import (
+from sglx_core.errors import SglxError
+from sglx_core.profile import (
     PROFILE_FILE,
     ProfileError,
     images_dir,
@@ -16,10 +16,10 @@ from sglx.profile import (
     load_profile,
     load_profile_file,
 )
-from sglx.profile.issues import DEFAULT_HINT
-from sglx.profile.loader import display_path
-from sglx.profile.reference import render_markdown, schema_rows
-from sglx.report import Finding, Result, Table
+from sglx_core.profile.issues import DEFAULT_HINT
+from sglx_core.profile.loader import display_path
+from sglx_core.profile.reference import render_markdown, schema_rows
+from sglx_core.report import Finding, Result, Table
 
 
 def list_arches() -> Result:

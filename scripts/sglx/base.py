@@ -26,11 +26,11 @@ from sglx.base_archive import (
     split_reference,
 )
 from sglx.engine import docker_client
-from sglx.errors import SglxError
-from sglx.profile import Profile
 from sglx.progress import Progress
-from sglx.report import Result, Table
-from sglx.util import run_streaming, scratch_dir, sha256_file
+from sglx_core.errors import SglxError
+from sglx_core.profile import Profile
+from sglx_core.report import Result, Table
+from sglx_core.util import run_streaming, scratch_dir, sha256_file
 
 T = TypeVar("T")
 DEBOOTSTRAP_TIMEOUT_S = 1800

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Literal, TypeGuard
 
-from sglx.errors import SglxError
-from sglx.util import CHUNK, scratch_dir
+from sglx_core.errors import SglxError
+from sglx_core.util import CHUNK, scratch_dir
 
 MAX_MEMBERS = 10_000
 MAX_LAYERS = 500

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from sglx.errors import SglxError
+from sglx_core.errors import SglxError
 
 Family = Literal["llama", "qwen2"]
 DEMO_MARKER = "sglx-demo.json"

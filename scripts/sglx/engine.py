@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sglx.errors import SglxError
+from sglx_core.errors import SglxError
 
 
 def docker_client(timeout: int = 600) -> Any:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sglx.errors import SglxError
+from sglx_core.errors import SglxError
 
 # Import name -> (distribution, extra), one row per distribution of pyproject.toml's [host]
 # extra; tests/unit/test_cli_errors.py checks that the two agree.

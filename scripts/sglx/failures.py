@@ -15,9 +15,9 @@ import traceback
 from collections.abc import Sequence
 from typing import NoReturn
 
-from sglx.errors import SglxError
 from sglx.extras import missing_dependency_error
-from sglx.report import EXIT_ERROR, error_result, render
+from sglx_core.errors import SglxError
+from sglx_core.report import EXIT_ERROR, error_result, render
 
 DEBUG_ENV = "SGLX_DEBUG"
 _MAX_DETAIL = 300  # characters of an unexpected exception's text worth a one-line message

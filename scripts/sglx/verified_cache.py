@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sglx.util import atomic_write_text
+from sglx_core.util import atomic_write_text
 
 CACHE_DIR_ENV = "SGLX_CACHE_DIR"
 KEY_NAME = "hmac.key"

@@ -28,7 +28,7 @@ import subprocess
 import sys
 import time
 import xml.etree.ElementTree as ET
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -39,7 +39,7 @@ from helpers.child_env import child_environment
 from helpers.engine_fixtures import build_cpu_image, free_port, make_cpu_bundle
 from helpers.run_shared import shared_folder
 from helpers.server import http
-from helpers.test_hosts import SshHost, build_host_image, recap, sh
+from helpers.test_hosts import SshHost, build_host_image, own_lock_dir, recap, sh
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docker, pytest.mark.slow]
 
@@ -53,8 +53,16 @@ ODD_ARG = "/tmp/sglx e2e %h $HOME \"dq\" 'sq' back\\slash ;"
 
 
 class Fleet:
-    def __init__(self, work: Path, hosts: list[SshHost], key: Path, ports: dict[str, int]):
+    def __init__(
+        self,
+        work: Path,
+        hosts: list[SshHost],
+        key: Path,
+        ports: dict[str, int],
+        locks: dict[str, Path],
+    ):
         self.work, self.hosts, self.key, self.ports = work, hosts, key, ports
+        self.locks = locks  # each host's device-init lock folder (helpers/test_hosts.py)
         self.inventories: dict[str, Path] = {}
         self.state: dict[str, Any] = {}
 
@@ -67,8 +75,9 @@ class Fleet:
     ) -> Path:
         folder = self.work / f"inventory-{name}"
         (folder / "group_vars" / "sglx").mkdir(parents=True)
-        sh(str(BIN / "sglx"), "ansible", "vars", "--arch", arch, "--out",
-           str(folder / "group_vars" / "sglx" / "sglx_profile.yml"))  # fmt: skip
+        rendered = folder / "group_vars" / "sglx" / "sglx_profile.yml"
+        sh(str(BIN / "sglx"), "ansible", "vars", "--arch", arch, "--out", str(rendered))
+        lock = yaml.safe_load(rendered.read_text())["sglang_service_lock_dir"]
         hosts = {}
         for host in self.hosts:
             hosts[host.name] = {
@@ -83,6 +92,8 @@ class Fleet:
                 "sglang_service_host_port": self.ports[host.name],
                 "sglang_service_publish_address": "127.0.0.1",
                 "sglang_service_health_timeout": 420,
+                # One per machine, as in a fleet (see helpers/test_hosts.py).
+                "sglang_service_lock_dir": own_lock_dir(lock, self.locks[host.name]),
                 # Every version of the fleet runs with it, so hosts differ only where a test
                 # makes them differ (test_rollout_serves_on_both_hosts_idempotently reads it).
                 "sglang_service_args": ["--download-dir", ODD_ARG],
@@ -96,6 +107,9 @@ class Fleet:
         return folder / "hosts.yml"
 
     def play(self, inventory: Path, playbook: str, *extra: str) -> tuple[int, str]:
+        name = f"{Path(playbook).stem}-{len(list(self.work.glob('*.log')))}"
+        tasks = self.work / "ansible-junit" / name
+        started = time.monotonic()
         done = subprocess.run(
             [str(BIN / "ansible-playbook"), "-i", str(inventory), playbook, *extra],
             cwd=ANSIBLE,
@@ -106,11 +120,23 @@ class Fleet:
             env=child_environment(ANSIBLE_CONFIG=str(ANSIBLE / "ansible.cfg"),
                                   ANSIBLE_NOCOLOR="1",
                                   # one line per message, so the test can match whole sentences
-                                  ANSIBLE_CALLBACK_RESULT_FORMAT="json"),
+                                  ANSIBLE_CALLBACK_RESULT_FORMAT="json",
+                                  # each task's seconds per host, for timing()
+                                  ANSIBLE_CALLBACKS_ENABLED="ansible.builtin.junit",
+                                  JUNIT_OUTPUT_DIR=str(tasks),
+                                  JUNIT_HIDE_TASK_ARGUMENTS="true"),
         )  # fmt: skip
-        log = self.work / f"{Path(playbook).stem}-{len(list(self.work.glob('*.log')))}.log"
-        log.write_text(done.stdout + done.stderr)  # kept for reading a failure in full
+        (self.work / f"{name}.log").write_text(done.stdout + done.stderr)  # a failure in full
+        self.timing(name, time.monotonic() - started, slowest_tasks(tasks))
         return done.returncode, done.stdout + done.stderr
+
+    def timing(self, what: str, seconds: float, detail: Sequence[str] = ()) -> None:
+        """One line per playbook run and host check in timings.txt (in $SGLX_TEST_REPORTS
+        when set, else the work folder): where the e2e's minutes go."""
+        folder = Path(os.environ.get("SGLX_TEST_REPORTS") or self.work)
+        folder.mkdir(parents=True, exist_ok=True)
+        with (folder / "e2e-ansible-timings.txt").open("a") as out:
+            out.write(f"{seconds:7.1f} s  {what}\n" + "".join(f"          {d}\n" for d in detail))
 
     def check(self, name: str, inventory: Path, mode: str, *extra: str) -> tuple[int, dict]:
         """`sglx hosts check` as an operator runs it; its JUnit report is kept under
@@ -118,15 +144,29 @@ class Fleet:
         reports = Path(os.environ.get("SGLX_TEST_REPORTS") or self.work)
         reports.mkdir(parents=True, exist_ok=True)
         junit = reports / f"hosts-{name}.xml"
+        started = time.monotonic()
         done = subprocess.run(
             [str(BIN / "sglx"), "hosts", "check", "-i", str(inventory), "--mode", mode,
              "--junitxml", str(junit), "--json", *extra],
             capture_output=True, text=True, timeout=600, check=False, env=child_environment(),
         )  # fmt: skip
+        self.timing(f"hosts check {name} ({mode})", time.monotonic() - started)
         envelope = json.loads(done.stdout)
         envelope["junit"] = junit
         assert done.returncode == envelope["exit_code"], done.stderr
         return done.returncode, envelope
+
+
+def slowest_tasks(folder: Path, count: int = 6) -> list[str]:
+    """The slowest tasks of one playbook run, from ansible-core's junit callback (one file per
+    run; a testcase per task and host, with its seconds)."""
+    cases = [
+        (float(case.get("time") or 0), case.get("name") or "?")
+        for report in sorted(folder.glob("*.xml"))
+        for case in ET.parse(report).getroot().iter("testcase")
+    ]
+    cases.sort(reverse=True)
+    return [f"{seconds:6.1f} s  {name[:110]}" for seconds, name in cases[:count]]
 
 
 BOTH = ("-e", "sglx_rollout_serial=2")
@@ -191,9 +231,12 @@ def fleet(
         )
         build_host_image(base, image, work, key.with_suffix(".pub"))
         shared = shared_folder(config)
+        locks = {host.name: work / f"lock-{host.name}" for host in hosts}
         for host in hosts:
-            host.start(image, ["-v", f"{shared}:{shared}:ro"])
-        fleet = Fleet(work, hosts, key, {h.name: free_port() for h in hosts})
+            locks[host.name].mkdir()
+            lock = locks[host.name]
+            host.start(image, ["-v", f"{shared}:{shared}:ro", "-v", f"{lock}:{lock}"])
+        fleet = Fleet(work, hosts, key, {h.name: free_port() for h in hosts}, locks)
         fleet.state["added_images"] = added_images
         fleet.state["v2"] = v2
         yield fleet
@@ -438,7 +481,15 @@ def test_a_failed_upgrade_is_rolled_back(fleet: Fleet) -> None:
     v2, v2_id = fleet.state["v2"].result(timeout=1200)
     try:
         b.exec("mkdir -p /srv/broken-model && echo '{not json' >/srv/broken-model/config.json")
-        broken = {"host-b": {"sglang_service_model_dir": "/srv/broken-model"}}
+        # The gate fails at the first crash, one second after it (site settings): what it
+        # proves is the same as after three crashes, at a third of the server starts.
+        broken = {
+            "host-b": {
+                "sglang_service_model_dir": "/srv/broken-model",
+                "sglang_service_health_max_restarts": 0,
+                "sglang_service_restart_sec": 1,
+            }
+        }
         code, out = fleet.play(fleet.inventory("v2", "cpu", broken), "rollout.yml",
                                "-e", f"sglx_bundle_path={v2}")  # fmt: skip
         assert code != 0, out
@@ -504,7 +555,7 @@ def test_a_serving_group_rolls_out_as_one_server_and_names_a_hand_changed_node(
     deadline = time.monotonic() + 420
     while "config_refused" not in b.exec(journal, check=False):
         assert time.monotonic() < deadline, b.exec(f"{journal} -n 80")
-        time.sleep(5)
+        time.sleep(1)
     code, report = fleet.check("pair-hand-changed", inventory, "acceptance")
     assert code == 1
     assert ("host-b", "serving_group_forms") in failures(report), report

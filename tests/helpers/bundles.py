@@ -16,8 +16,11 @@ if TYPE_CHECKING:
     from sglx.bundle.manifest import Kind
 
 
-def import_tiny_image(docker: Any, tag: str, blob_bytes: int = 3_000_000) -> str:
-    """A real image, made from a small tar of random bytes (no base, no registry)."""
+def import_tiny_image(
+    docker: Any, tag: str, blob_bytes: int = 3_000_000, labels: dict[str, str] | None = None
+) -> str:
+    """A real image, made from a small tar of random bytes (no base, no registry), with
+    `labels` set on it (`docker import --change LABEL`)."""
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as tar:
         for name, data in (
@@ -28,7 +31,10 @@ def import_tiny_image(docker: Any, tag: str, blob_bytes: int = 3_000_000) -> str
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
     repository, _, label = tag.rpartition(":")
-    docker.api.import_image_from_data(buffer.getvalue(), repository=repository, tag=label)
+    changes = [f"LABEL {key}={value}" for key, value in (labels or {}).items()]
+    docker.api.import_image_from_data(
+        buffer.getvalue(), repository=repository, tag=label, changes=changes or None
+    )
     return str(docker.images.get(tag).id)
 
 

@@ -117,8 +117,11 @@ def make_cpu_bundle(
     config: pytest.Config, tmp_path_factory: pytest.TempPathFactory, run_id: str
 ) -> dict[str, Any]:
     """The bundle of a labelled copy of the cpu image, made once per run by `sglx bundle
-    create` with the image scan (1 GiB chunks): test_bundle_cpu round-trips it, the e2e test
-    rolls it out. `docker save` streams the full 6.4 GB archive either way."""
+    create` (1 GiB chunks): test_bundle_cpu round-trips it, the e2e test rolls it out. `docker
+    save` streams the full 6.4 GB archive either way. Made without the image scan (about two
+    minutes on two cores), which would hold up the e2e's rollout: test_bundle_cpu's `sglx
+    bundle verify` runs the same scan on the same archive, and test_bundle_tiny shows create's
+    scan."""
 
     def make() -> Made:
         source = build_cpu_image(config, tmp_path_factory, run_id)["tag"]
@@ -126,7 +129,7 @@ def make_cpu_bundle(
         image_id = labelled_copy(source, tag)
         folder = tmp_path_factory.mktemp("cpu-bundle") / "bundle"
         created = sglx_json("bundle", "create", "--arch", "cpu", "--image", tag, "--out",
-                            str(folder), "--chunk-size", "1GiB")  # fmt: skip
+                            str(folder), "--chunk-size", "1GiB", "--no-scan")  # fmt: skip
         value = {"path": str(folder), "tag": tag, "image_id": image_id, "created": created}
         return Made(value, images=[tag], paths=[str(folder.parent)])
 

@@ -3,11 +3,16 @@ the tool at it. Locks and wheelhouses resolve relative to the copy."""
 
 from __future__ import annotations
 
+import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
+
+from sglx.wheels.lockfile import parse
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -32,3 +37,31 @@ def edit_yaml(path: Path, changes: dict[str, Any]) -> None:
 
     merge(document, changes)
     path.write_text(yaml.safe_dump(document, sort_keys=False))
+
+
+def lock_from_wheelhouse(
+    images: Path, arches: list[str], wheels: Path, run: Callable[..., Any]
+) -> Path:
+    """`sglx wheels lock` for each arch of the copy from the wheels in `wheels` alone (pip's
+    --find-links, no index), then `sglx wheels fetch` into images/../wheelhouse/shared, filled
+    first with hard links to the locked wheels: the fetch finds each one present and checks its
+    hash, nothing is downloaded. The test profiles lock subsets of the cpu lock's wheels (the
+    same Python, sglang and platform): resolving them from the cpu wheelhouse costs no index
+    round trips, gives the same answer on any day, and matches the fixture bases built from that
+    wheelhouse. `run(*argv)` runs the CLI in-process, asserting success. Returns the folder."""
+    shared = images.parent / "wheelhouse" / "shared"
+    shared.mkdir(parents=True, exist_ok=True)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PIP_NO_INDEX", "1")  # pip's own switch: only --find-links is read
+        for arch in arches:
+            run("wheels", "lock", "--arch", arch, "--find-links", str(wheels))
+    for arch in arches:
+        for wheel in parse(images.parent / "bundles" / "locks" / f"{arch}.txt").wheels:
+            if not (shared / wheel.filename).exists():
+                try:
+                    os.link(wheels / wheel.filename, shared / wheel.filename)
+                except OSError:  # another filesystem
+                    shutil.copy2(wheels / wheel.filename, shared / wheel.filename)
+    for arch in arches:
+        run("wheels", "fetch", "--arch", arch, "--dest", str(shared))
+    return shared

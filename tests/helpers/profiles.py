@@ -7,7 +7,7 @@ from typing import Any
 
 import yaml
 
-from sglx.profile import load_profile
+from sglx_core.profile import load_profile
 
 
 def bake(arch: str, dst: Path, **changes: Any) -> Path:

@@ -1,9 +1,11 @@
-"""The value the service runs with goes with its flags: the sglang_service role's environment
-file, rendered by real ansible-playbook (local connection) with gfx942's profile variables,
-raises GPU_MAX_HW_QUEUES to the profile's floor (5) when the site switches multi-stream MoE on
-(SGLANG_ROCM_USE_MULTI_STREAM=1), leaves the host's tuned value (2, from accel.env) to dense
-serving, and keeps a site's own higher value. The server.env file comes after accel.env on the
-unit's `docker run`, so its value is the one the server gets."""
+"""The value the service runs with goes with its flags: the run spec (sglx.run_spec, through
+`sglx ansible vars`) raises GPU_MAX_HW_QUEUES to the profile's floor (5) when the environment
+switches multi-stream MoE on (SGLANG_ROCM_USE_MULTI_STREAM=1), leaves the host's tuned value (2,
+from accel.env) to dense serving, and keeps a higher value of its own. The sglang_service
+role's environment file, rendered by real ansible-playbook (local connection), writes the
+spec's environment as it is: the rule lives in Python once (sglx_core.env_floors), not in the
+template. A variable a site adds (sglang_service_extra_env) is written as given; the server's
+preflight checks the floors on what it gets."""
 
 from __future__ import annotations
 
@@ -14,6 +16,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+
+from sglx.ansible_vars import render_vars
+from sglx_core.profile import load_profile
 
 ANSIBLE = Path(__file__).resolve().parents[2] / "ansible"
 BIN = Path(sys.executable).parent
@@ -27,9 +32,17 @@ CASES = {
 @pytest.fixture(scope="module")
 def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, str]]:
     work = tmp_path_factory.mktemp("env-floors")
+    profile = load_profile("gfx942")
+    rendered = {
+        case: render_vars(profile.model_copy(update={"env": {**profile.env, **env}}))
+        for case, env in CASES.items()
+    }
+    assert all(v.keys() == rendered["dense"].keys() for v in rendered.values())
+    per_case = {case: v["sglang_service_env"] for case, v in rendered.items()}
     profile_vars = work / "gfx942.yml"
-    subprocess.run([str(BIN / "sglx"), "ansible", "vars", "--arch", "gfx942", "--out",
-                    str(profile_vars), "-q"], check=True)  # fmt: skip
+    # each case's environment goes in as the task's variable (extra vars would win over it)
+    common = {k: v for k, v in rendered["dense"].items() if k != "sglang_service_env"}
+    profile_vars.write_text(yaml.safe_dump(common))
     template = ANSIBLE / "roles" / "sglang_service" / "templates" / "server.env.j2"
     play = [{
         "hosts": "localhost", "connection": "local", "gather_facts": False,
@@ -38,12 +51,13 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, st
             "ansible.builtin.template": {
                 "src": str(template), "dest": f"{work}/{{{{ item.key }}}}.env", "mode": "0644",
             },
-            "vars": {"sglang_service_extra_env": "{{ item.value }}"},
+            "vars": {"sglang_service_env": "{{ item.value }}",
+                     "sglang_service_extra_env": {"SITE_ADDED": "1"}},
             "loop": "{{ cases | dict2items }}",
         }],
     }]  # fmt: skip
     (work / "play.yml").write_text(yaml.safe_dump(play))
-    (work / "cases.yml").write_text(yaml.safe_dump({"cases": CASES}))
+    (work / "cases.yml").write_text(yaml.safe_dump({"cases": per_case}))
     done = subprocess.run(
         [str(BIN / "ansible-playbook"), "-i", "localhost,", str(work / "play.yml"),
          "-e", f"@{profile_vars}", "-e", f"@{work / 'cases.yml'}",
@@ -58,14 +72,13 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, st
     for case in CASES:
         lines = (work / f"{case}.env").read_text().splitlines()
         files[case] = dict(line.split("=", 1) for line in lines if "=" in line and line[0] != "#")
-        files[case]["#comments"] = "\n".join(line for line in lines if line.startswith("#"))
     return files
 
 
 def test_multi_stream_raises_the_queues_to_the_floor(rendered: dict[str, dict[str, str]]) -> None:
     env = rendered["multi_stream"]
     assert env["GPU_MAX_HW_QUEUES"] == "5"
-    assert "SGLANG_ROCM_USE_MULTI_STREAM=1 needs GPU_MAX_HW_QUEUES>=5" in env["#comments"]
+    assert env["SITE_ADDED"] == "1"
 
 
 def test_dense_serving_keeps_the_host_tuned_value(rendered: dict[str, dict[str, str]]) -> None:

@@ -178,7 +178,7 @@ def test_the_roles_rules_are_sglxs() -> None:
     """The role's copies of sglx's rules (vars/main.yml) stay equal to the Python ones."""
     from sglx import base_archive
     from sglx.bundle import install_sh, layout, manifest
-    from sglx.profile.loader import NAME_PATTERN
+    from sglx_core.profile.loader import NAME_PATTERN
 
     rules = yaml.safe_load((ANSIBLE / "roles/bundle_install/vars/main.yml").read_text())
     assert rules["_bundle_install_path_pattern"] == f"^{install_sh._pattern(manifest.RelPath)}$"

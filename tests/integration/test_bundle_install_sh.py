@@ -110,7 +110,10 @@ def test_install_sh_installs_on_a_host_without_python(
     assert "install.sh: all files match" in logs
     assert "loading sglx-test/bundle-sh" in logs
     assert re.search(
-        r"^docker run -d --name sglx-cpu .* --shm-size 1g .*-e HF_HUB_OFFLINE=1", logs, re.M
+        r"^docker run -d --restart on-failure --name sglx-cpu .* --shm-size 1g "
+        r".*-e HF_HUB_OFFLINE=1",
+        logs,
+        re.M,
     )
     assert docker.images.get(image_id).id == image_id
 

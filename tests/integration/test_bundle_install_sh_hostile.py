@@ -18,8 +18,8 @@ import pytest
 from helpers.bundles import hand_bundle
 
 from sglx.bundle import install_sh
-from sglx.errors import SglxError
-from sglx.profile import load_profile
+from sglx_core.errors import SglxError
+from sglx_core.profile import load_profile
 
 CHUNKS = ("image/image.tar.000", "image/image.tar.001")
 ID = "sha256:" + "0" * 64

@@ -72,7 +72,7 @@ def test_create_writes_chunks_manifest_and_sums_that_coreutils_checks(
     bundle: Path, tiny: dict[str, str], sglx_json: JsonRunner
 ) -> None:
     from sglx.ansible_vars import vars_text
-    from sglx.profile import load_profile
+    from sglx_core.profile import load_profile
 
     manifest = json.loads((bundle / "bundle.json").read_text())
     assert manifest["arch"] == "cpu"
@@ -82,6 +82,8 @@ def test_create_writes_chunks_manifest_and_sums_that_coreutils_checks(
     assert chunks == [f"image/image.tar.{i:03d}" for i in range(len(chunks))]
     listed = {entry["path"] for entry in manifest["files"]}
     assert {"install.sh", "meta/versions.json", "meta/labels.json", *chunks} <= listed
+    # the profile the image was made with and the run spec every installer reads (issue 23)
+    assert {"meta/arch.yaml", "meta/run.json"} <= listed
     # The Ansible slot: playbooks, roles, the rendered cpu variables, host checks and the lock.
     assert manifest["ansible"]["included"] is True
     assert manifest["ansible"]["path"] == "ansible"
@@ -496,3 +498,49 @@ def test_scan_reads_the_bundle_format(sglx_json: JsonRunner, bundle: Path) -> No
     assert envelope["data"]["source"] == {"kind": "bundle", "path": str(bundle)}
     [scan] = envelope["data"]["scans"]
     assert scan["kind"] == "image_archive"
+
+
+def test_create_scans_the_image_it_wrote_and_keeps_the_report(
+    sglx_json: JsonRunner, docker: Any, run_id: str, tmp_path: Path
+) -> None:
+    """Create runs its image scan on the archive it wrote (the default; the session's cpu
+    bundle is made without it, and test_bundle_cpu's verify runs the same scan on it): the
+    report lands in meta/scan.json and its findings in create's own."""
+    tag = f"sglx-test/bundle-tiny-scanned:{run_id}"
+    import_tiny_image(docker, tag, blob_bytes=1000)
+    out = tmp_path / "scanned"
+    try:
+        code, envelope = sglx_json("bundle", "create", "--arch", "cpu", "--image", tag,
+                                   "--out", str(out), "--chunk-size", CHUNK, "-q")  # fmt: skip
+    finally:
+        remove_image(docker, tag)
+    # The tiny image lacks what the cpu profile requires: create says so, exit 1 (findings),
+    # and still writes the bundle with its report.
+    assert (code, envelope["data"]["scan"]) == (1, "findings"), envelope
+    assert all(f["message"].startswith("image scan: ") for f in envelope["findings"])
+    report = json.loads((out / "meta" / "scan.json").read_text())
+    assert report["data"]["source"]["kind"] == "image"
+    assert {f["code"] for f in report["findings"]} == {f["code"] for f in envelope["findings"]}
+
+
+def test_an_image_built_with_another_profile_is_refused_naming_both_digests(
+    sglx: CliRunner, docker: Any, run_id: str, tmp_path: Path
+) -> None:
+    """The bundle carries its profile (meta/arch.yaml); an image whose io.sglx.profile.digest
+    label names another one is refused before anything is written."""
+    from sglx_core.profile import load_profile
+    from sglx_core.profile.resolved import PROFILE_DIGEST_LABEL, profile_digest
+
+    other = "sha256:" + "f" * 64
+    tag = f"sglx-test/bundle-tiny-other-profile:{run_id}"
+    import_tiny_image(docker, tag, blob_bytes=1000, labels={PROFILE_DIGEST_LABEL: other})
+    try:
+        out = tmp_path / "bundle"
+        code, _, err = sglx("bundle", "create", "--arch", "cpu", "--image", tag, "--out", str(out),
+                            "--no-scan", "-q")  # fmt: skip
+    finally:
+        remove_image(docker, tag)
+    assert code != 0
+    assert other in err and profile_digest(load_profile("cpu")) in err
+    assert "sglx image build --arch cpu" in err and "Traceback" not in err
+    assert not out.exists()

@@ -1,7 +1,7 @@
 """Two server containers on one host bring their devices up one after the other (issue 22).
 
 Both are the cpu image, started with the device-init lock's mount and variable exactly as every
-`docker run` sglx writes them carry them (`sglx.device_lock.lock_dir_words`, behind the unit's
+`docker run` sglx writes them carry them (`sglx_core.device_lock.lock_dir_words`, behind the unit's
 arguments and install.sh's line), the host folder pointed at a folder of this test. Each runs
 the plugin's real `init_device` (what the plugin's parallel-runtime hook calls) with a fake
 device operation that records its start and end as numbered marker files in a second shared
@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from sglx.device_lock import lock_dir_words
-from sglx.profile import load_profile
+from sglx_core.device_lock import lock_dir_words
+from sglx_core.profile import load_profile
 
 pytestmark = [pytest.mark.docker]
 

@@ -17,8 +17,8 @@ import pytest
 from helpers.engine_fixtures import build, free_port, remove_images
 from helpers.server import http, transformers_greedy, wait_healthy
 
-from sglx.profile import load_profile
 from sglx.wheels.steps import load_lock
+from sglx_core.profile import load_profile
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 PLUGIN_FILE = Path(__file__).resolve().parents[2] / "plugin" / "sglx_platform" / "failures.py"

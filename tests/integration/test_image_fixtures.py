@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 from helpers.elf import shared_library
 from helpers.engine_fixtures import remove_images
-from helpers.images_copy import copy_images, edit_yaml
+from helpers.images_copy import copy_images, edit_yaml, lock_from_wheelhouse
 from helpers.rocm_base import ROCM_LIBS
 
 from sglx.cli import main
@@ -111,9 +111,10 @@ def fixture_bases(
 
 @pytest.fixture(scope="module")
 def fixture_project(
-    tmp_path_factory: pytest.TempPathFactory, fixture_bases: dict[str, str]
+    tmp_path_factory: pytest.TempPathFactory, fixture_bases: dict[str, str], cpu_wheelhouse: Path
 ) -> Iterator[Path]:
-    """A copy of images/ whose vendor profiles point at the fixture bases (see module doc)."""
+    """A copy of images/ whose vendor profiles point at the fixture bases (see module doc),
+    locked from the run's cpu wheelhouse (the same Python and sglang; helpers/images_copy.py)."""
     root = tmp_path_factory.mktemp("fixture-project")
     images = copy_images(root)
     python = {"version": "3.11", "executable": "/usr/bin/python3", "glibc": "2.36"}
@@ -139,9 +140,7 @@ def fixture_project(
     patch.setenv("SGLX_IMAGES_DIR", str(images))
     patch.setenv("SGLX_WHEELHOUSE", str(root / "wheelhouse"))
     run_cli("image", "render")
-    for arch in VENDOR_ARCHES:
-        run_cli("wheels", "lock", "--arch", arch)
-        run_cli("wheels", "fetch", "--arch", arch, "--dest", str(root / "wheelhouse" / "shared"))
+    lock_from_wheelhouse(images, VENDOR_ARCHES, cpu_wheelhouse, run_cli)
     yield root
     patch.undo()
 

@@ -13,8 +13,10 @@ upstream's is 3.12, gfx1151's copy uses the same /opt/venv Python, torch is a CP
 AITER, sgl-kernel and torchvision are metadata-only stand-ins (no index here has a build of them
 for ROCm; PyPI's torchvision is a CUDA build that needs libtorch_cuda.so and does not import
 beside a CPU torch), and Triton is PyPI's wheel, whose test plugins the copy of the profile
-accepts as the cpu profile does. Everything else -- profile, lock, template, build, scan,
-preflight -- is the real logic, and nothing reaches a network.
+accepts as the cpu profile does. The locks are resolved from the cpu wheelhouse the stand-in
+was installed from (pip's --find-links, no index), so they pin the versions the base has.
+Everything else -- profile, lock, template, build, scan, preflight -- is the real logic, and
+nothing reaches a network but the download of the CPU torch.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from typing import Any
 import pytest
 from helpers.dockerfile_env import dockerfile_env
 from helpers.engine_fixtures import remove_images
-from helpers.images_copy import copy_images, edit_yaml
+from helpers.images_copy import copy_images, edit_yaml, lock_from_wheelhouse
 from helpers.rocm_base import SITE_PACKAGES, VENV, Layout, rocm_layout
 
 from sglx.cli import main
@@ -162,9 +164,10 @@ def upstream_base(
 
 @pytest.fixture(scope="module")
 def project(
-    tmp_path_factory: pytest.TempPathFactory, upstream_base: dict[str, str]
+    tmp_path_factory: pytest.TempPathFactory, upstream_base: dict[str, str], cpu_wheelhouse: Path
 ) -> Iterator[Path]:
-    """A copy of images/ whose ROCm profiles name the stand-in (see the module doc)."""
+    """A copy of images/ whose ROCm profiles name the stand-in (see the module doc), locked
+    from the cpu wheelhouse the stand-in was installed from (helpers/images_copy.py)."""
     root = tmp_path_factory.mktemp("rocm-upstream-project")
     images = copy_images(root)
     edit_yaml(
@@ -186,9 +189,7 @@ def project(
     patch.setenv("SGLX_IMAGES_DIR", str(images))
     patch.setenv("SGLX_WHEELHOUSE", str(root / "wheelhouse"))
     ok("image", "render")
-    for arch in ARCHES:
-        ok("wheels", "lock", "--arch", arch)
-        ok("wheels", "fetch", "--arch", arch, "--dest", str(root / "wheelhouse" / "shared"))
+    lock_from_wheelhouse(images, ARCHES, cpu_wheelhouse, ok)
     yield root
     patch.undo()
 

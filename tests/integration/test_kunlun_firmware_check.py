@@ -23,7 +23,7 @@ import yaml
 from helpers.xpu_smi import fake_xpu_smi, xpu_smi_q
 
 from sglx.ansible_vars import render_vars
-from sglx.profile import load_profile
+from sglx_core.profile import load_profile
 
 ANSIBLE = Path(__file__).resolve().parents[2] / "ansible"
 BIN = Path(sys.executable).parent

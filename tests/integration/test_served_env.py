@@ -22,7 +22,7 @@ import pytest
 from helpers.engine_fixtures import free_port
 from helpers.server import http, wait_healthy
 
-from sglx.profile import load_profile
+from sglx_core.profile import load_profile
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 REPORTS = "/tmp/sglx-test-fallbacks"

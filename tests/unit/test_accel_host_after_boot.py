@@ -5,7 +5,7 @@ site's opt-in to load amdgpu after boot (modprobe.blacklist=amdgpu plus a system
 The role side runs for real: ansible-playbook over fixture hosts of this machine (local
 connection) runs accel_host's preflight and renders its boot templates (GRUB drop-in,
 modules-load.d, the after-boot unit) into a folder. The check side runs the host checks'
-functions (tests/host/test_preflight.py) over testinfra's local backend. Each fixture host gets
+functions (hostchecks/test_preflight.py) over testinfra's local backend. Each fixture host gets
 a `modinfo` (and `systemctl`) stand-in on PATH printing what a host with that driver prints;
 this machine has no amdgpu. Built and tested on fixtures, not run on hardware.
 """
@@ -26,9 +26,9 @@ import testinfra
 import yaml
 
 from sglx.ansible_vars import render_vars
-from sglx.profile import load_profile
+from sglx_core.profile import load_profile
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "host"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "hostchecks"))
 
 import test_preflight as checks  # the host checks' module: never collected from here
 from facts import host_facts

@@ -1,10 +1,14 @@
-"""The Ansible roles: defaults and argument_specs list the same keys; the playbooks parse."""
+"""The Ansible roles: defaults and argument_specs list the same keys; a role's README documents
+its variables and the facts it exports; a role or playbook reaches another role only through
+that role's documented entry points, never its internals; the playbooks parse."""
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,8 +24,14 @@ def specs(role: str) -> dict[str, dict]:
     return doc["argument_specs"]
 
 
-def test_the_four_roles_exist() -> None:
-    assert ROLES == ["accel_host", "bundle_install", "container_runtime", "sglang_service"]
+def test_the_five_roles_exist() -> None:
+    assert ROLES == [
+        "accel_host",
+        "bundle_install",
+        "container_runtime",
+        "sglang_service",
+        "sglx_rollout",
+    ]
 
 
 @pytest.mark.parametrize("role", ROLES)
@@ -72,6 +82,76 @@ def test_preflight_only_asserts_and_reads(role: str) -> None:
         assert module in readers, f"{task['name']}: {module} changes the host"
         if module.removeprefix("ansible.builtin.") not in {"assert", "debug", "set_fact"}:
             assert task.get("check_mode") is False or module == "ansible.builtin.getent", task
+
+
+# The roles whose README.md (style.md, Ansible) is written; the others follow.
+WITH_README = ["sglang_service", "sglx_rollout"]
+
+
+def _task_files(role: str) -> list[Path]:
+    return sorted((ANSIBLE / "roles" / role / "tasks").glob("*.yml"))
+
+
+def _walk(tasks: list[dict]) -> Iterator[dict]:
+    """Every task of a task list, those inside blocks (block, rescue, always) included."""
+    for task in tasks or []:
+        yield task
+        for part in ("block", "rescue", "always"):
+            yield from _walk(task.get(part, []))
+
+
+def exported_facts(role: str) -> set[str]:
+    """Facts the role sets (set_fact, register) without the internal `__` prefix."""
+    names: set[str] = set()
+    for path in _task_files(role):
+        for task in _walk(yaml.safe_load(path.read_text())):
+            names.update(task.get("ansible.builtin.set_fact") or {})
+            if "register" in task:
+                names.add(task["register"])
+    return {name for name in names if not name.startswith("_")}
+
+
+@pytest.mark.parametrize("role", WITH_README)
+def test_the_readme_documents_every_variable_and_exported_fact(role: str) -> None:
+    readme = (ANSIBLE / "roles" / role / "README.md").read_text()
+    defaults = yaml.safe_load((ANSIBLE / "roles" / role / "defaults" / "main.yml").read_text())
+    headings = set(re.findall(r"^### `?([a-z0-9_]+)`?$", readme, flags=re.MULTILINE))
+    assert sorted(set(defaults) - headings) == [], "variables without a ### heading"
+    exported = readme.split("## Exported facts", 1)[1].split("\n## ", 1)[0]
+    missing = sorted(f for f in exported_facts(role) if f"`{f}`" not in exported)
+    assert missing == [], "facts set but not listed under ## Exported facts"
+
+
+def _role_calls(path: Path) -> Iterator[tuple[str, str]]:
+    """(role, entry point) of every include_role and import_role in a task file or playbook."""
+    doc = yaml.safe_load(path.read_text()) or []
+    plays = [p for p in doc if "hosts" in p] or [{"tasks": doc}]
+    for play in plays:
+        for role in play.get("roles", []):
+            yield role["role"], "main"
+        for task in _walk(play.get("tasks", [])):
+            for key in ("ansible.builtin.include_role", "ansible.builtin.import_role"):
+                if key in task:
+                    yield task[key]["name"], task[key].get("tasks_from", "main")
+
+
+CALLERS = [
+    *(ANSIBLE / name for name in ("site.yml", "rollout.yml", "bundle.yml")),
+    *(path for role in ROLES for path in _task_files(role)),
+]
+
+
+@pytest.mark.parametrize("path", CALLERS, ids=lambda p: str(p.relative_to(ANSIBLE)))
+def test_roles_are_reached_only_through_documented_entry_points(path: Path) -> None:
+    parts = path.relative_to(ANSIBLE).parts
+    own = parts[1] if parts[0] == "roles" else ""  # a role may use its own internals
+    for role, entry in _role_calls(path):
+        if role != own:
+            assert entry in specs(role), f"{role}: tasks_from {entry} is no entry point"
+    text = path.read_text()
+    for role in ROLES:
+        if role != own:
+            assert f"__{role}_" not in text, f"{path.name} reads {role}'s internals (__{role}_*)"
 
 
 @pytest.mark.parametrize("playbook", ["site.yml", "rollout.yml", "bundle.yml"])

@@ -1,5 +1,5 @@
-"""rollout.yml's batches (ansible/filter_plugins/sglx_rollout.py): a serving group is one
-batch in node-rank order; the other hosts go sglx_rollout_serial at a time."""
+"""The rollout's batches (the sglx_rollout role's filter_plugins/sglx_rollout.py): a serving
+group is one batch in node-rank order; the other hosts go sglx_rollout_serial at a time."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from types import ModuleType
 import pytest
 from ansible.errors import AnsibleFilterError
 
-PLUGIN = Path(__file__).resolve().parents[2] / "ansible" / "filter_plugins" / "sglx_rollout.py"
+ROLE = Path(__file__).resolve().parents[2] / "ansible" / "roles" / "sglx_rollout"
+PLUGIN = ROLE / "filter_plugins" / "sglx_rollout.py"
 
 
 def _plugin() -> ModuleType:

@@ -34,8 +34,8 @@ from ansible.errors import AnsibleFilterError
 from helpers.images_copy import copy_images, edit_yaml
 
 from sglx.ansible_vars import render_vars
-from sglx.device_lock import lock_dir_words
-from sglx.profile import load_profile
+from sglx_core.device_lock import lock_dir_words
+from sglx_core.profile import load_profile
 
 ROOT = Path(__file__).resolve().parents[2]
 ANSIBLE = ROOT / "ansible"
@@ -249,13 +249,16 @@ def test_hostile_but_legal_values_reach_systemd_and_docker_unchanged(public: Pat
     (odd / "dev node0").touch()
     (odd / "accel env").write_text("X=1\n")
     security = ["label=type:a b", "seccomp=/etc/x %h $HOME;.json"]
+    options = [
+        "--ipc", "private", "--shm-size", "1g", "--cap-add", "SYS_PTRACE",
+        "--security-opt", security[0], "--security-opt", security[1],
+        "--ulimit", "memlock=-1", "--ulimit", "nofile=1024:1024",
+    ]  # fmt: skip
     lock = ["-v", f"{odd / 'lock'}:/run/lock x:ro", "-e", "SGLX_LOCK_DIR=/run/lock x"]
     host = local(
         sglang_service_docker=str(docker),
         sglang_service_args=HOSTILE_ARGS,
-        sglang_service_security_opt=security,
-        sglang_service_cap_add=["SYS_PTRACE"],
-        sglang_service_ulimits={"nofile": 1024, "memlock": -1},
+        sglang_service_run_options=options,
         sglang_service_mounts=[{"source": str(odd / "weights"), "target": "/models/x y",
                                 "read_only": True, "required": True}],
         sglang_service_devices=[{"path": str(odd / "dev node*"), "required": True}],
@@ -275,10 +278,7 @@ def test_hostile_but_legal_values_reach_systemd_and_docker_unchanged(public: Pat
 
     run = [
         str(docker), "run", "--name", "sglx-server", "-p", "30000:30000",
-        "--ipc", "private", "--shm-size", "1g", "--device", str(odd / "dev node0"),
-        "--cap-add", "SYS_PTRACE",
-        "--security-opt", security[0], "--security-opt", security[1],
-        "--ulimit", "memlock=-1", "--ulimit", "nofile=1024:1024",
+        *options, "--device", str(odd / "dev node0"),
         "-v", f"{odd / 'weights'}:/models/x y:ro", *lock,
         "-v", f"{odd / 'weights'}:/models/model:ro",
         "--env-file", str(odd / "accel env"), "--env-file", "/etc/sglx/sglx-server.env",
@@ -343,12 +343,12 @@ REFUSED: dict[str, tuple[dict[str, Any], str]] = {
         "'{{.Id}}' IMAGE`)",
     ),
     "security-opt-newline": (
-        {"sglang_service_security_opt": ["seccomp=unconfined" + INJECT]},
-        "sglang_service_security_opt[0] holds a control character",
+        {"sglang_service_run_options": ["--security-opt", "seccomp=unconfined" + INJECT]},
+        "sglang_service_run_options[1] holds a control character",
     ),
     "security-opt-delete": (
-        {"sglang_service_security_opt": ["label\x7fdisable"]},
-        "sglang_service_security_opt[0] holds a control character",
+        {"sglang_service_run_options": ["--security-opt", "label\x7fdisable"]},
+        "sglang_service_run_options[1] holds a control character",
     ),
     "env-value-newline": (
         {"sglang_service_extra_env": {"X": "1\nLD_PRELOAD=/tmp/evil.so"}},

@@ -8,9 +8,9 @@ import pytest
 import yaml
 
 from sglx.ansible_vars import render_vars
-from sglx.bundle.install_sh import docker_run_words
-from sglx.device_lock import LOCK_DIR_ENV
-from sglx.profile import known_arches, load_profile
+from sglx.run_spec import Site, docker_run_words, run_spec
+from sglx_core.device_lock import LOCK_DIR_ENV
+from sglx_core.profile import known_arches, load_profile
 
 REPO = Path(__file__).resolve().parents[2]
 ROLES = REPO / "ansible" / "roles"
@@ -76,7 +76,7 @@ def test_kunlun_vars_carry_modes_modules_and_floors() -> None:
     assert rendered["accel_host_firmware"]["tool"] == "xpu-smi"
     assert rendered["accel_host_firmware"]["version_file"] == ""
     assert "tool" not in rendered["accel_host_driver"]
-    assert rendered["sglang_service_ulimits"] == {"memlock": -1}
+    assert rendered["sglang_service_run_options"][-2:] == ["--ulimit", "memlock=-1"]
 
 
 @pytest.mark.parametrize("arch", known_arches())
@@ -93,7 +93,8 @@ def test_every_way_to_run_the_server_mounts_one_lock_folder(arch: str) -> None:
         "env": {LOCK_DIR_ENV: lock.target},
         "args": words,
     }
-    run = docker_run_words(profile, "sglx/x:1")
+    gids = dict.fromkeys(profile.devices.groups, 1000)
+    run = docker_run_words(run_spec(profile), Site(image="sglx/x:1", name="x", gids=gids))
     at = run.index(words[1]) - 1
     assert run[at : at + 4] == words
     assert LOCK_DIR_ENV not in profile.env
@@ -154,7 +155,9 @@ def test_stdout_is_the_yaml_and_json_carries_the_vars(sglx, sglx_json) -> None: 
     assert yaml.safe_load(out)["sglx_arch"] == "cpu"
     code, envelope = sglx_json("ansible", "vars", "--arch", "cpu")
     assert code == 0
-    assert envelope["data"]["vars"]["sglang_service_shm_size"] == "1g"
+    assert envelope["data"]["vars"]["sglang_service_run_options"][:4] == [
+        "--ipc", "private", "--shm-size", "1g",
+    ]  # fmt: skip
 
 
 def test_check_without_out_is_a_usage_error(sglx) -> None:  # type: ignore[no-untyped-def]

@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 
 from sglx.cli import main
-from sglx.errors import SglxError
-from sglx.image import base_probe
-from sglx.image.base_facts import compare, labels
-from sglx.image.base_probe import filter_lock
 from sglx.image.build import _check_base
-from sglx.profile import load_profile
+from sglx_core import base_probe
+from sglx_core.base_facts import compare, labels
+from sglx_core.base_probe import filter_lock
+from sglx_core.errors import SglxError
+from sglx_core.profile import load_profile
 from sglx_platform.preflight.base_check import check_base
 from sglx_platform.preflight.checks import Check
 from sglx_platform.preflight.env_floors import check_env_floors

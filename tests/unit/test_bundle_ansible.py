@@ -20,8 +20,8 @@ from test_scan_layers import docker_archive, layer
 from sglx.ansible_vars import vars_text
 from sglx.bundle import ansible_content, install_sh, layout
 from sglx.bundle.ansible_content import AnsibleContent, collect, write
-from sglx.errors import SglxError
-from sglx.profile import Profile, load_profile
+from sglx_core.errors import SglxError
+from sglx_core.profile import Profile, load_profile
 
 CliJson = Callable[..., tuple[int, dict[str, Any]]]
 REPO = Path(__file__).resolve().parents[2]
@@ -46,10 +46,10 @@ def fake_root(tmp_path: Path, lock: str = "") -> Path:
         "ansible/roles/r/tasks/main.yml": "---\n",
         "ansible/inventory/example/hosts.yml": "---\n",
         "ansible/inventory/example/group_vars/cpu/sglx_profile.yml": "stale copy\n",
-        "tests/host/conftest.py": "",
-        "tests/host/test_preflight.py": "",
-        "tests/host/pytest.ini": "[pytest]\n",
-        "tests/host/notes.txt": "not part of the suite\n",
+        "hostchecks/conftest.py": "",
+        "hostchecks/test_preflight.py": "",
+        "hostchecks/pytest.ini": "[pytest]\n",
+        "hostchecks/notes.txt": "not part of the suite\n",
         "bundles/locks/ansible.txt": lock or "# no pins\n",
     }
     for path, text in files.items():
@@ -66,16 +66,18 @@ def test_the_content_is_the_repo_ansible_tree_the_host_checks_and_the_lock(
     for name in ("ansible.cfg", "site.yml", "rollout.yml", "bundle.yml", "requirements.yml"):
         assert items[f"ansible/{name}"].kind == "ansible"
     assert "ansible/README.md" in items
-    assert "ansible/templates/summary.j2" in items
+    assert "ansible/roles/sglx_rollout/templates/summary.j2" in items
+    assert "ansible/roles/sglx_rollout/filter_plugins/sglx_rollout.py" in items
     assert "ansible/inventory/example/hosts.yml" in items
-    for role in ("accel_host", "container_runtime", "bundle_install", "sglang_service"):
+    roles = ("accel_host", "container_runtime", "bundle_install", "sglang_service", "sglx_rollout")
+    for role in roles:
         assert f"ansible/roles/{role}/tasks/main.yml" in items
         assert f"ansible/roles/{role}/defaults/main.yml" in items
     assert "ansible/roles/sglang_service/library/sglx_health.py" in items
-    # The suite as it is in tests/host now (its *.py and pytest.ini), under host-checks/.
+    # The suite as it is in hostchecks now (its *.py and pytest.ini), under host-checks/.
     suite = sorted(
         p.name
-        for p in (REPO / "tests/host").iterdir()
+        for p in (REPO / "hostchecks").iterdir()
         if p.suffix == ".py" or p.name == "pytest.ini"
     )
     checks = sorted(p.rsplit("/", 1)[1] for p in items if p.startswith("ansible/host-checks/"))
@@ -128,8 +130,8 @@ def test_caches_hidden_names_and_empty_folders_are_left_out(cpu: Profile, tmp_pa
         "ansible/roles/r/library/m.pyc",
         "ansible/.ansible/tmp/ansible-local-1/x",
         "ansible/.ansible-lint",
-        "tests/host/__pycache__/conftest.cpython-311.pyc",
-        "tests/host/.pytest_cache/v/x",
+        "hostchecks/__pycache__/conftest.cpython-311.pyc",
+        "hostchecks/.pytest_cache/v/x",
     ):
         (root / path).parent.mkdir(parents=True, exist_ok=True)
         (root / path).write_text("cache")
@@ -151,7 +153,7 @@ def test_caches_hidden_names_and_empty_folders_are_left_out(cpu: Profile, tmp_pa
 
 
 @pytest.mark.parametrize(
-    "link", ["ansible/roles/r/tasks/extra.yml", "ansible/roles/shared", "tests/host/probes.py"]
+    "link", ["ansible/roles/r/tasks/extra.yml", "ansible/roles/shared", "hostchecks/probes.py"]
 )
 def test_a_symlink_is_refused_naming_its_path(cpu: Profile, tmp_path: Path, link: str) -> None:
     root = fake_root(tmp_path)

@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 
 from sglx.bundle import layout
-from sglx.bundle.chunks import ChunkedReader, ChunkWriter, iter_blocks
+from sglx.bundle.chunks import ChunkWriter, iter_blocks
 from sglx.bundle.manifest import parse
-from sglx.errors import SglxError
+from sglx.scan.chunked import ChunkedReader
+from sglx_core.errors import SglxError
 
 CliRunner = Callable[..., tuple[int, str, str]]
 

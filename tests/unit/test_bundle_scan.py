@@ -88,3 +88,44 @@ def test_a_folder_that_is_not_a_bundle_is_a_usage_error(
     assert code == 2
     assert "has no bundle.json: it is not an sglx bundle" in err
     assert "Traceback" not in out + err
+
+
+def test_a_saved_archive_scans_whole_or_from_its_pieces_in_order(
+    tmp_path: Path, sglx_json: CliJson
+) -> None:
+    """`--archive` is the generic chunked-archive target a bundle is translated into: a
+    `docker save` file, or its pieces given in order, read as one stream."""
+    archive = docker_archive(
+        tmp_path / "image.tar",
+        [layer([("opt/app/readme.txt", "file", b"x" * 6000)])],
+        env=["LD_LIBRARY_PATH=/opt/rt"],
+    )
+    data = archive.read_bytes()
+    pieces = []
+    for i in range(0, len(data), 4096):
+        pieces.append(tmp_path / f"image.tar.{i // 4096:03d}")
+        pieces[-1].write_bytes(data[i : i + 4096])
+    assert len(pieces) >= 3
+    for given in ([archive], pieces):
+        code, envelope = sglx_json("scan", "--archive", *map(str, given), "-q")
+        assert code == 0, envelope
+        [scan] = envelope["data"]["scans"]
+        assert (scan["kind"], scan["label"]) == ("image_archive", "image.tar[fixture-scan:test]")
+        assert scan["ld_library_path_from"] == "the image config in the archive"
+        assert envelope["data"]["source"]["kind"] == "archive"
+
+
+def test_a_bundle_chunk_cut_short_is_named_before_reading(
+    tmp_path: Path, sglx_json: CliJson
+) -> None:
+    archive = docker_archive(tmp_path / "image.tar", [layer([("opt/a.txt", "file", b"a")])])
+    bundle = hand_bundle(tmp_path / "bundle", archive, {}, chunk_size=4096)
+    chunk = sorted((bundle / "image").iterdir())[1]
+    chunk.write_bytes(chunk.read_bytes()[:100])
+    code, envelope = sglx_json("scan", "--bundle", str(bundle), "-q")
+    assert code == 2
+    [error] = envelope["errors"]
+    assert error["code"] == "corrupt"
+    assert "chunks hold" in error["message"]
+    assert "a chunk is cut short, grown or missing" in error["message"]
+    assert "sglx bundle verify" in error["hint"]

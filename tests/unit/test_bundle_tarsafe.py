@@ -11,7 +11,7 @@ import pytest
 from helpers.bundles import member, write_tar
 
 from sglx.bundle.tarsafe import check_tar, extract_tar
-from sglx.errors import SglxError
+from sglx_core.errors import SglxError
 
 CliRunner = Callable[..., tuple[int, str, str]]
 

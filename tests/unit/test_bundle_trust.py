@@ -24,6 +24,8 @@ import pytest
 from helpers.bundles import hand_bundle
 
 from sglx.bundle import layout
+from sglx.run_spec import run_spec
+from sglx_core.profile import load_profile
 
 CliRunner = Callable[..., tuple[int, str, str]]
 ARCHIVE = os.urandom(3000)  # three chunks of 1 KiB: 1024, 1024, 952
@@ -43,6 +45,8 @@ def bundle(tmp_path: Path) -> Path:
         "install.sh": b"#!/bin/sh\n",
         layout.SCAN_REPORT: b'{"status": "ok"}\n',
         layout.VERSIONS: b"{}\n",
+        # the run spec the start line is printed from (sglx.run_spec)
+        layout.RUN_SPEC: json.dumps(run_spec(load_profile("cpu")).to_json()).encode(),
     }
     folder = hand_bundle(tmp_path / "bundle", archive, files, chunk_size=CHUNK)
     archive.unlink()
@@ -359,7 +363,7 @@ def test_a_deleted_signature_fails_verify_and_install_when_signers_are_given(
     )
     assert code == 1
     assert_refused(out, err, "the bundle is not signed", "nothing was installed")
-    assert [p.name for p in state.iterdir()] == [f"bundle-{_manifest_sha(bundle)}.json"]
+    assert [p.name for p in state.iterdir()] == [f"sha256-{_manifest_sha(bundle)}.json"]
 
 
 def _manifest_sha(folder: Path) -> str:

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from sglx.bundle.install import install_wheelhouse
-from sglx.errors import SglxError
 from sglx.progress import Progress
+from sglx_core.errors import SglxError
 
 NAME, VERSION = "sglx_bundle_probe", "1.0"
 

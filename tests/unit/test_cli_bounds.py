@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from sglx.cli import MAX_WORKERS, build_parser
+from sglx.cli import build_parser
+from sglx.cli_shared import MAX_WORKERS
 
 CliRunner = Callable[..., tuple[int, str, str]]
 

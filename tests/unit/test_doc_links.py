@@ -42,7 +42,7 @@ SCANNED = (
     "ansible/*.md",
     "scripts/*.py",
     "plugin/*.py",
-    "tests/host/*.py",
+    "hostchecks/*.py",
     "images/*.yaml",
     "bench/*.md",
 )

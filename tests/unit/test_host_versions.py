@@ -1,5 +1,5 @@
 """The driver/firmware parser that accel_host's preflight (as filters) and the host checks
-(tests/host, facts.host_versions) share: ansible/roles/accel_host/filter_plugins/
+(hostchecks, facts.host_versions) share: ansible/roles/accel_host/filter_plugins/
 sglx_host_versions.py, loaded by path as both load it."""
 
 from __future__ import annotations

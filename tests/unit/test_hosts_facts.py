@@ -1,4 +1,4 @@
-"""The host checks' expectations (tests/host/facts.py) and their pure helpers (probes.py):
+"""The host checks' expectations (hostchecks/facts.py) and their pure helpers (probes.py):
 the profile wins over a stale inventory, site settings come from the inventory over the roles'
 defaults, and the group comparison names the odd host."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "host"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "hostchecks"))
 
 from facts import host_facts
 from probes import below_floor, odd_keys, server_flags
@@ -62,7 +62,7 @@ def test_the_odd_host_is_the_minority_and_ties_go_to_the_first_host() -> None:
 
 
 def test_a_switched_on_feature_holds_its_variable_to_the_floor() -> None:
-    from sglx.profile import load_profile
+    from sglx_core.profile import load_profile
 
     (key, floor), *_ = load_profile("gfx942").env_floors.items()
     on = {"SGLANG_ROCM_USE_MULTI_STREAM": "1"}

@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sglx.errors import SglxError
 from sglx.hosts import check
 from sglx.hosts.check import CheckOptions, _result, _same_hosts, check_hosts
 from sglx.hosts.junit import CheckResult, read_report
 from sglx.progress import Progress
+from sglx_core.errors import SglxError
 
 SGLX = str(Path(sys.executable).parent / "sglx")
 DEAD = {"ansible_host": "127.0.0.1", "ansible_port": 1, "sglx_arch": "cpu"}

@@ -17,7 +17,7 @@ import pytest
 
 from sglx.image.build import DEPS_LABEL_STEP, DepsStage, _build_hint
 from sglx.image.render import render_dockerfile
-from sglx.profile import known_arches, load_profile
+from sglx_core.profile import known_arches, load_profile
 
 CliRunner = Callable[..., tuple[int, str, str]]
 NO_ENGINE = "unix:///nonexistent/sglx-test-docker.sock"

@@ -9,7 +9,7 @@ import pytest
 from helpers.images_copy import copy_images, edit_yaml
 
 from sglx.image.render import render_dockerfile
-from sglx.profile import load_profile
+from sglx_core.profile import load_profile
 
 CliRunner = Callable[..., tuple[int, str, str]]
 

@@ -131,7 +131,7 @@ def test_a_bad_table_names_the_key(edit: Any, match: str) -> None:
 
 
 def test_every_arch_running_sglx_triton_kernels_has_a_tuning_entry() -> None:
-    profile = pytest.importorskip("sglx.profile", reason="the host tool is not installed here")
+    profile = pytest.importorskip("sglx_core.profile", reason="the host tool is not installed here")
     targets = tuning.table()
     for arch in profile.known_arches():
         loaded = profile.load_profile(arch)

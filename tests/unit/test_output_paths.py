@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sglx.errors import SglxError
-from sglx.util import atomic_write_text
+from sglx_core.errors import SglxError
+from sglx_core.util import atomic_write_text
 
 SGLX = str(Path(sys.executable).parent / "sglx")
 CliRunner = Callable[..., tuple[int, str, str]]

@@ -16,10 +16,10 @@ import pytest
 from helpers.devices import make_kfd_host
 from helpers.profiles import bake
 
-from sglx.errors import SglxError
-from sglx.profile import load_profile
-from sglx.profile.schema import Rule
 from sglx.weights.policy import dtype_policy
+from sglx_core.errors import SglxError
+from sglx_core.profile import load_profile
+from sglx_core.profile.schema import Rule
 from sglx_platform.consistency import fingerprint
 from sglx_platform.failures import FailureClass, PlatformError
 from sglx_platform.model_config import model_facts

@@ -154,7 +154,7 @@ class _Args:
 def test_fingerprint_compares_server_args_and_weights_not_per_node_values(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from sglx.profile import load_profile
+    from sglx_core.profile import load_profile
 
     (tmp_path / "sglx-weights.json").write_text('{"digest": "sha256:abc"}')
     monkeypatch.setenv("SGLANG_USE_AITER", "1")
@@ -187,7 +187,7 @@ def _free_port() -> int:
 
 RANK = """
 import os, sys, torch.distributed as dist
-from sglx.profile import load_profile_file
+from sglx_core.profile import load_profile_file
 from sglx_platform.consistency import check_ranks
 rank = int(sys.argv[1])
 dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{sys.argv[2]}", rank=rank,
@@ -228,7 +228,7 @@ def test_ranks_with_different_configuration_refuse_to_serve(tmp_path: Path, same
 
 LATE_RANK = """
 import sys, time, torch.distributed as dist
-from sglx.profile import load_profile_file
+from sglx_core.profile import load_profile_file
 from sglx_platform.consistency import check_ranks
 rank = int(sys.argv[1])
 dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{sys.argv[2]}", rank=rank,
@@ -264,7 +264,7 @@ def test_a_rank_that_does_not_answer_fails_the_start_in_bounded_time(tmp_path: P
 
 
 def test_cpu_cores_are_split_among_local_ranks() -> None:
-    from sglx.profile import load_profile
+    from sglx_core.profile import load_profile
     from sglx_platform.cpu_binding import VARIABLE, apply_default, local_ranks, split_cores
 
     assert split_cores([0, 1], 2) == "0|1"

@@ -191,7 +191,7 @@ def test_a_node_the_user_cannot_open_says_which_group_to_add(shared_tmp: Path) -
     # Import as root, then drop to nobody (the interpreter lives under /root), then open.
     script = (
         "import os, sys; from pathlib import Path\n"
-        "from sglx.profile import load_profile\n"
+        "from sglx_core.profile import load_profile\n"
         "from sglx_platform.preflight.hardware import open_check\n"
         "profile = load_profile('gfx942')\n"
         "os.setgroups([]); os.setresgid(65534, 65534, 65534); os.setresuid(65534, 65534, 65534)\n"

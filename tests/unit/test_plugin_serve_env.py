@@ -20,7 +20,7 @@ import pytest
 from helpers.dockerfile_env import dockerfile_env
 from helpers.profiles import bake
 
-from sglx.profile import load_profile
+from sglx_core.profile import load_profile
 
 REPO = Path(__file__).resolve().parents[2]
 ARCHES = ["cpu", "gfx942", "gfx950", "gfx1151", "kunlun"]

@@ -13,7 +13,7 @@ import pytest
 from helpers.devices import make_kfd_host, make_kunlun_host
 from helpers.profiles import bake
 
-from sglx.profile import known_arches, load_profile
+from sglx_core.profile import known_arches, load_profile
 from sglx_platform.failures import FailureClass, PlatformError
 from sglx_platform.platforms.base import server_arg_defaults
 from sglx_platform.server_args import unknown_fields

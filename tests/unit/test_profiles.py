@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from sglx.profile import ProfileError, known_arches, load_profile, load_profile_file
+from sglx_core.profile import ProfileError, known_arches, load_profile, load_profile_file
 
 ARCHES = ["cpu", "gfx1151", "gfx942", "gfx950", "kunlun"]
 

@@ -18,7 +18,7 @@ import pytest
 import yaml
 from helpers.images_copy import copy_images
 
-from sglx.profile.bounded_yaml import MAX_ALIAS_NODES, MAX_DEPTH, BoundedSafeLoader
+from sglx_core.profile.bounded_yaml import MAX_ALIAS_NODES, MAX_DEPTH, BoundedSafeLoader
 
 CliRunner = Callable[..., tuple[int, str, str]]
 

@@ -7,7 +7,7 @@ import ast
 from pathlib import Path
 from typing import get_args
 
-from sglx.profile.reference import render_markdown, schema_rows
+from sglx_core.profile.reference import render_markdown, schema_rows
 
 
 def test_profile_reference_matches_the_schema(repo: Path) -> None:
@@ -24,7 +24,7 @@ def test_every_schema_key_is_documented() -> None:
 # from the code, so a new check fails here until the page documents it.
 PREFLIGHT_DOC = Path(__file__).resolve().parents[2] / "docs" / "reference" / "preflight.md"
 PREFLIGHT_CODE = Path(__file__).resolve().parents[2] / "plugin" / "sglx_platform" / "preflight"
-HOST_CHECKS = Path(__file__).resolve().parents[2] / "tests" / "host"
+HOST_CHECKS = Path(__file__).resolve().parents[2] / "hostchecks"
 _CHECK_CALLS = ("Check", "failed")
 
 
@@ -131,7 +131,7 @@ def test_every_host_check_is_in_preflight_md() -> None:
     assert {"connection", "device_nodes", "group_runs_the_same"} <= set(names)
     missing = [n for n in names if f"| `{n}` |" not in doc]
     assert not missing, (
-        f"host checks (tests/host/test_*.py) missing from {PREFLIGHT_DOC.name}: {missing}. "
+        f"host checks (hostchecks/test_*.py) missing from {PREFLIGHT_DOC.name}: {missing}. "
         "Fix: add a row for each (what it checks, message, fix) to the preflight or "
         "acceptance table there"
     )

@@ -13,9 +13,9 @@ import pytest
 from pydantic import ValidationError
 from test_scan_support import ElfFactory, needs_gcc, scan
 
-from sglx.profile.schema import Scan
 from sglx.scan.analysis import ScanReport
 from sglx.scan.rules import LOADED_FIRST, OPTIONAL_FILES, Rule, Rules
+from sglx_core.profile.schema import Scan
 
 pytestmark = needs_gcc
 CliJson = Callable[..., tuple[int, dict[str, Any]]]

@@ -22,15 +22,18 @@ def test_scan_help_names_the_targets(capsys: pytest.CaptureFixture[str]) -> None
         main(["scan", "--help"])
     assert stopped.value.code == 0
     out = capsys.readouterr().out
-    for flag in ("--image", "--bundle", "--root", "--arch", "--jobs", "--json"):
+    for flag in ("--image", "--archive", "--bundle", "--root", "--arch", "--jobs", "--json"):
         assert flag in out
 
 
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        ([], "give exactly one of PATH, --image REF or --bundle DIR"),
-        (["{tmp}", "--image", "x:1"], "give exactly one of PATH, --image REF or --bundle DIR"),
+        ([], "give exactly one of PATH, --image REF, --archive FILE or --bundle DIR"),
+        (
+            ["{tmp}", "--image", "x:1"],
+            "give exactly one of PATH, --image REF, --archive FILE or --bundle DIR",
+        ),
         (["{tmp}/nope"], "does not exist"),
         (["{tmp}", "{tmp}"], "several PATHs need --root"),
         (["--root", "{tmp}/inner", "{tmp}"], "is not inside --root"),

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from sglx.progress import Progress
-from sglx.scan.bundle import read_manifest, unpack_archive_image
+from sglx.scan.archive import read_manifest, unpack_archive_image
 from sglx.scan.layers import RootWriter
 
 CliJson = Callable[..., tuple[int, dict[str, Any]]]

@@ -25,13 +25,13 @@ from test_bundle_scan import wheel
 from test_scan_layers import docker_archive, layer
 from test_scan_support import ElfFactory, needs_gcc
 
-from sglx.errors import SglxError
 from sglx.progress import Progress
-from sglx.scan.bundle import read_manifest, unpack_archive_image
+from sglx.scan.archive import read_manifest, unpack_archive_image
 from sglx.scan.inventory import names_only
 from sglx.scan.layers import RootWriter
-from sglx.scan.rootfs import MAX_LINKS, RootFS
-from sglx.util import remove_tree
+from sglx_core.errors import SglxError
+from sglx_core.rootfs import MAX_LINKS, RootFS
+from sglx_core.util import remove_tree
 
 CliJson = Callable[..., tuple[int, dict[str, Any]]]
 SITE = "/opt/sglx/venv/lib/python3.11/site-packages"

@@ -12,13 +12,13 @@ import pytest
 from weights_helpers import demo_checkpoint, header_of, rewrite_header, scratch
 
 from sglx.cli import main
-from sglx.errors import SglxError
-from sglx.profile import load_profile
-from sglx.report import Finding
 from sglx.weights import manifest_digest
 from sglx.weights.check import LOGIT_TOLERANCE, check_weights
 from sglx.weights.convert import convert_weights
 from sglx.weights.verify import verify_weights
+from sglx_core.errors import SglxError
+from sglx_core.profile import load_profile
+from sglx_core.report import Finding
 
 _CONVERTED: dict[str, Path] = {}
 

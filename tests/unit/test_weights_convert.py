@@ -12,14 +12,14 @@ from safetensors.torch import load_file
 from weights_helpers import demo_checkpoint, header_of, save_tensors, scratch
 
 from sglx.cli import main
-from sglx.errors import SglxError
-from sglx.profile import known_arches, load_profile
 from sglx.weights import manifest_digest
 from sglx.weights.check import check_weights
 from sglx.weights.convert import convert_weights, retarget_config
 from sglx.weights.dtypes import PROFILE_TO_CODE
 from sglx.weights.manifest import read_manifest, source_digest
 from sglx.weights.verify import verify_weights
+from sglx_core.errors import SglxError
+from sglx_core.profile import known_arches, load_profile
 
 DTYPES = ("float32", "bfloat16", "float16")
 

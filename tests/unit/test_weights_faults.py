@@ -24,11 +24,11 @@ from weights_helpers import (
 )
 
 from sglx.cli import main
-from sglx.errors import SglxError
-from sglx.profile import load_profile
 from sglx.weights import writer
 from sglx.weights.convert import convert_weights
 from sglx.weights.transform import Block, Output
+from sglx_core.errors import SglxError
+from sglx_core.profile import load_profile
 
 
 def _sharded() -> Path:
@@ -209,7 +209,7 @@ INTERRUPTED_RUN = textwrap.dedent(
     """
     import os, signal, sys
     from pathlib import Path
-    from sglx.profile import load_profile
+    from sglx_core.profile import load_profile
     from sglx.weights.convert import convert_weights
 
     def progress(message):

@@ -11,13 +11,13 @@ from typing import Any
 import pytest
 from helpers.images_copy import copy_images, edit_yaml
 
-from sglx.errors import SglxError
-from sglx.profile import known_arches, load_profile
 from sglx.progress import Progress
 from sglx.wheels import lockfile, wheelhouse
 from sglx.wheels.resolve import _prune
 from sglx.wheels.steps import load_lock
 from sglx.wheels.target import target_of
+from sglx_core.errors import SglxError
+from sglx_core.profile import known_arches, load_profile
 
 QUIET = Progress("test", quiet=True)
 

@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 from helpers.images_copy import copy_images
 
-from sglx.profile import load_profile
 from sglx.verified_cache import KEY_NAME, RACY_MARGIN_NS
 from sglx.wheels import lockfile
 from sglx.wheels.steps import lock_path
+from sglx_core.profile import load_profile
 
 JsonRunner = Callable[..., tuple[int, dict[str, Any]]]
 CliRunner = Callable[..., tuple[int, str, str]]

@@ -9,7 +9,7 @@ import logging
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-from sglx.profile import Profile
+from sglx_core.profile import Profile
 from sglx_platform.baked import baked_profile
 from sglx_platform.cpu_binding import apply_default
 from sglx_platform.failures import FailureClass, PlatformError

@@ -4,7 +4,7 @@ what the profile expects.
 The build leaves /etc/sglx/base.json (the base's ref and image id, and what it declared at build
 time). Preflight reads the versions again in this container, the way upstream's images declare
 them (pip metadata for sglang and torch, ROCm's version file or its pip SDK's metadata: see
-sglx.image.base_probe), so a later change to the environment is caught too.
+sglx_core.base_probe), so a later change to the environment is caught too.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from sglx.image.base_facts import Fact, compare, missing_provided
-from sglx.image.base_probe import facts as live_facts
-from sglx.profile import Profile
+from sglx_core.base_facts import Fact, compare, missing_provided
+from sglx_core.base_probe import facts as live_facts
+from sglx_core.profile import Profile
 from sglx_platform.baked import profile_path
 from sglx_platform.failures import FailureClass
 from sglx_platform.preflight.checks import Check, failed

@@ -15,8 +15,8 @@ import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from sglx.errors import SglxError
-from sglx.report import EXIT_ERROR, Result, error_result, render
+from sglx_core.errors import SglxError
+from sglx_core.report import EXIT_ERROR, Result, error_result, render
 from sglx_platform.baked import PROFILE_ENV
 from sglx_platform.preflight.runner import run
 from sglx_platform.probe import PROBE_ROOT_ENV

@@ -3,6 +3,8 @@
 The example that made it a rule: SGLANG_ROCM_USE_MULTI_STREAM=1 overlaps MoE experts on an
 alternate stream, which serializes unless GPU_MAX_HW_QUEUES is at least 5 (HIP's default is 4,
 and dense serving is tuned at 2). Reads os.environ: what preflight sees is what the server gets.
+The rule itself is sglx_core.env_floors, the one the run spec (sglx.run_spec) raises the
+server's environment with.
 """
 
 from __future__ import annotations
@@ -10,8 +12,8 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from sglx.profile import Profile
-from sglx.profile.schema import EnvFloor
+from sglx_core.env_floors import current, switched_on
+from sglx_core.profile import Profile
 from sglx_platform.failures import FailureClass
 from sglx_platform.preflight.checks import Check
 
@@ -21,9 +23,9 @@ def check_env_floors(
 ) -> None:
     environ = os.environ if environ is None else environ
     for key, floor in profile.env_floors.items():
-        if any(environ.get(name) != value for name, value in floor.when.items()):
+        if not switched_on(floor, environ):
             continue
-        value = _value(floor, environ)
+        value = current(floor, environ)
         switched = " ".join(f"{n}={v}" for n, v in floor.when.items())
         if value is not None and value >= floor.minimum:
             checks.append(
@@ -44,13 +46,3 @@ def check_env_floors(
                 f"{' '.join(floor.when)}",
             )
         )
-
-
-def _value(floor: EnvFloor, environ: Mapping[str, str]) -> int | None:
-    text = environ.get(floor.name)
-    if text is None:
-        return floor.unset
-    try:
-        return int(text)
-    except ValueError:
-        return None

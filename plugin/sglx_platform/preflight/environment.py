@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 
-from sglx.profile import Profile
+from sglx_core.profile import Profile
 from sglx_platform.failures import FailureClass
 from sglx_platform.preflight.checks import Check, failed
 

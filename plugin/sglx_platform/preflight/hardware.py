@@ -12,8 +12,8 @@ import os
 import stat
 from pathlib import Path
 
-from sglx.profile import Profile
-from sglx.profile.schema import DeviceNode
+from sglx_core.profile import Profile
+from sglx_core.profile.schema import DeviceNode
 from sglx_platform.activate import device_flags
 from sglx_platform.failures import FailureClass
 from sglx_platform.preflight.checks import Check, failed

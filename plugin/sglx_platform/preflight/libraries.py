@@ -7,9 +7,9 @@ import sys
 from fnmatch import fnmatch
 from pathlib import Path
 
-from sglx.profile import Profile
-from sglx.scan.ldconf import conf_dirs
-from sglx.scan.rootfs import RootFS
+from sglx_core.ldconf import conf_dirs
+from sglx_core.profile import Profile
+from sglx_core.rootfs import RootFS
 from sglx_platform.failures import FailureClass
 from sglx_platform.preflight.checks import Check, failed
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from importlib.metadata import entry_points
 
-from sglx.errors import SglxError
-from sglx.profile import Profile
+from sglx_core.errors import SglxError
+from sglx_core.profile import Profile
 from sglx_platform.baked import PROFILE_ENV, baked_profile, profile_path
 from sglx_platform.failures import FailureClass
 from sglx_platform.preflight.checks import Check, failed

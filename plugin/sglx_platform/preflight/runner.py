@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sglx.report import Finding, Result, Table
+from sglx_core.report import Finding, Result, Table
 from sglx_platform.baked import profile_path
 from sglx_platform.preflight.base_check import check_base
 from sglx_platform.preflight.checks import Check

@@ -2,10 +2,10 @@
 out and check hosts with no network.
 
     ansible/                    the checkout's ansible/: ansible.cfg, the playbooks, roles/,
-                                filter_plugins/, templates/, README.md, inventory/example/
+                                README.md, inventory/example/ (all of it, walked)
     ansible/inventory/example/group_vars/ARCH/sglx_profile.yml
                                 the bundle arch's variables, rendered now (`sglx ansible vars`)
-    ansible/host-checks/        the host-check suite: tests/host's *.py and pytest.ini
+    ansible/host-checks/        the host-check suite: hostchecks's *.py and pytest.ini
     ansible/control-node.txt    bundles/locks/ansible.txt (kind "lock")
     ansible/wheels/             the wheels of that lock, from --control-wheels DIR only
 
@@ -29,8 +29,9 @@ from sglx.bundle import layout
 from sglx.bundle.files import copy_hashed, write_hashed
 from sglx.bundle.hashing import sha256_of
 from sglx.bundle.manifest import FileEntry, Kind, Slot
-from sglx.errors import SglxError
-from sglx.profile import Profile, images_dir
+from sglx_core.errors import SglxError
+from sglx_core.paths import ansible_dir, host_checks_dir
+from sglx_core.profile import Profile, images_dir
 
 LOCK_NAME = "ansible.txt"
 SKIP_DIRS = frozenset({"__pycache__"})
@@ -96,8 +97,8 @@ def collect(
     images = images_dir() if root is None else root / "images"
     root = images.parent
     lock = locks_dir(images) / LOCK_NAME
-    content = _need_dir(root / "ansible", "the Ansible content")
-    suite = _need_dir(root / "tests" / "host", "the host-check suite")
+    content = _need_dir(ansible_dir(root), "the Ansible content")
+    suite = _need_dir(host_checks_dir(root), "the host-check suite")
     budget = _Budget()
     items: list[Item] = []
     _walk(content, layout.ANSIBLE, items, budget)
@@ -109,7 +110,7 @@ def collect(
     if not checks:
         raise SglxError(
             f"{suite} holds no *.py file: the host-check suite is missing",
-            hint="run sglx from its source checkout, which has tests/host/",
+            hint="run sglx from its source checkout, which has hostchecks/",
             code="bundle_ansible",
             path=str(suite),
         )
@@ -293,7 +294,7 @@ def _need_dir(path: Path, what: str) -> Path:
     if path.is_symlink() or not path.is_dir():
         raise SglxError(
             f"{what} is not at {path} (a folder)",
-            hint="run sglx from its source checkout, which has ansible/ and tests/host/",
+            hint="run sglx from its source checkout, which has ansible/ and hostchecks/",
             code="bundle_ansible",
             path=str(path),
         )

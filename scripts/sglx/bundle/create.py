@@ -44,10 +44,12 @@ from sglx.bundle.manifest import (
 )
 from sglx.bundle.signing import check_key, sign
 from sglx.engine import docker_client
-from sglx.errors import SglxError
-from sglx.profile import Profile
 from sglx.progress import Progress
-from sglx.report import Finding, Result, Table
+from sglx.run_spec import run_spec
+from sglx_core.errors import SglxError
+from sglx_core.profile import Profile
+from sglx_core.profile.resolved import PROFILE_DIGEST_LABEL, profile_digest, resolved_text
+from sglx_core.report import Finding, Result, Table
 
 SAVE_BLOCK = 4 << 20
 
@@ -148,7 +150,26 @@ def _image(client: Any, ref: str, profile: Profile) -> Any:
             hint=f"pass --arch {arch}, or the image of arch {profile.arch}",
             code="usage",
         )
+    check_profile_digest(ref, image.labels or {}, profile)
     return image
+
+
+def check_profile_digest(ref: str, labels: dict[str, str], profile: Profile) -> None:
+    """The bundle carries the profile it renders its run spec, install.sh and Ansible vars
+    from (meta/arch.yaml): it must be the one baked into the image, whose digest the image's
+    label records. An image without the label (not built by `sglx image build`) is not
+    checked."""
+    baked = labels.get(PROFILE_DIGEST_LABEL)
+    here = profile_digest(profile)
+    if baked is not None and baked != here:
+        raise SglxError(
+            f"image '{ref}' was built with another {profile.arch} profile: its label "
+            f"{PROFILE_DIGEST_LABEL} is {baked}, the profile here resolves to {here}",
+            hint="rebuild the image from this checkout "
+            f"(`sglx image build --arch {profile.arch}`), or create the bundle from the "
+            "checkout the image was built from",
+            code="usage",
+        )
 
 
 def _wheel_sources(profile: Profile, folder: Path | None) -> tuple[Path | None, list[Path]]:
@@ -230,14 +251,14 @@ def _fill(
     scan_result = None
     if options.scan:
         from sglx.bundle.hashing import default_jobs
+        from sglx.bundle.scan_target import written_archive
         from sglx.scan.command import scan_archive
         from sglx.scan.rules import Rules
 
         # The archive just written (still in the page cache), not a second export through
         # the engine: the report is of the bytes the bundle carries, and twice as quick.
         scan_result = scan_archive(
-            stage / layout.IMAGE_ARCHIVE,
-            tuple(stage / chunk.path for chunk in written.chunks),
+            written_archive(stage, record),
             {"kind": "image", "ref": ref, "id": image.id},
             rules=Rules.from_profile(profile),
             jobs=default_jobs(),
@@ -250,9 +271,14 @@ def _fill(
     for path, document in (
         (layout.VERSIONS, _versions(profile, labels)),
         (layout.LABELS, labels),
+        (layout.RUN_SPEC, run_spec(profile).to_json()),
     ):
         copied = write_hashed(stage / path, (json.dumps(document, indent=2) + "\n").encode())
         add(path, copied.size, copied.sha256, "meta")
+    # The profile the image was built with (checked against its label in _image): what the
+    # install, the Ansible vars and the host checks of this bundle read, not a checkout's.
+    copied = write_hashed(stage / layout.PROFILE, resolved_text(profile).encode())
+    add(layout.PROFILE, copied.size, copied.sha256, "meta")
     if lock is not None:
         progress(f"copying {len(wheels)} wheels")
         copied = copy_hashed(lock, stage / layout.WHEEL_LOCK)

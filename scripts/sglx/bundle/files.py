@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sglx.bundle.layout import human
-from sglx.errors import SglxError
+from sglx_core.errors import SglxError
 
 BLOCK = 4 << 20
 

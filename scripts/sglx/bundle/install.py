@@ -9,14 +9,13 @@ Free space is checked for every step that will write, before the first one write
 
 from __future__ import annotations
 
-import os
 import shlex
 import shutil
 import subprocess
 import sys
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +27,10 @@ from sglx.bundle.record import InstallRecord
 from sglx.bundle.source import bundle_folder
 from sglx.bundle.verify import SignaturePolicy, check_files, read_manifest_bytes
 from sglx.engine import docker_client
-from sglx.errors import SglxError
 from sglx.progress import Progress
-from sglx.report import Finding, Result, Table
-from sglx.untrusted import read_json
+from sglx_core.errors import SglxError
+from sglx_core.report import Finding, Result, Table
+from sglx_core.untrusted import read_json
 
 PIP_TIMEOUT_S = 3600
 STATE_MARGIN = 1 << 20
@@ -111,7 +110,7 @@ def _install(bundle: Path, options: InstallOptions, progress: Progress) -> Resul
     else:
         _load(client, bundle, manifest, progress)
         steps.add("image", "done", f"loaded {manifest.image.ref} ({manifest.image.id})", started)
-    record.step_done("image", manifest.image.id)
+    record.image_loaded(bundle, manifest)
 
     started = time.monotonic()
     if options.venv is None:
@@ -138,7 +137,8 @@ def _install(bundle: Path, options: InstallOptions, progress: Progress) -> Resul
         record.step_done(
             "weights", {"path": str(weights_target), "digest": manifest.weights.digest}
         )
-    return _result(bundle, manifest, steps, weights_target)
+    record.finish()
+    return _with_record(_result(bundle, manifest, steps, weights_target), record)
 
 
 def _outputs_outside(bundle: Path, options: InstallOptions) -> None:
@@ -420,11 +420,11 @@ def _place_weights(
 
 def _result(bundle: Path, manifest: BundleManifest, steps: Steps, weights: Path | None) -> Result:
     redone = [name for name, row in steps.rows.items() if row["status"] == "done"]
-    run = _docker_run(manifest, weights)
+    run, why_not = _docker_run(bundle, manifest, weights)
     rows = tuple((name, row["status"], row["detail"]) for name, row in steps.rows.items())
     lines = [
         "nothing to do: every step was done before" if not redone else "installed",
-        "start the server with: " + shlex.join(run) if run else "",
+        "start the server with: " + shlex.join(run) if run else why_not,
     ]
     return Result(
         ("bundle", "install"),
@@ -441,20 +441,40 @@ def _result(bundle: Path, manifest: BundleManifest, steps: Steps, weights: Path 
     )
 
 
-def _docker_run(manifest: BundleManifest, weights: Path | None) -> list[str]:
-    from sglx.bundle.install_sh import docker_run_words
-    from sglx.profile import load_profile
+def _docker_run(
+    bundle: Path, manifest: BundleManifest, weights: Path | None
+) -> tuple[list[str], str]:
+    """The `docker run` line of the bundle's own run spec (meta/run.json, written from the
+    profile baked into its image), the groups by this host's GIDs where the profile says so;
+    or no line and the reason (a bundle older than meta/run.json, a group the host lacks)."""
+    from sglx.run_spec import RunSpec, Site, docker_run_words, host_gids
 
+    path = bundle / layout.RUN_SPEC
+    if not path.is_file():
+        return [], f"no start line: the bundle has no {layout.RUN_SPEC} (made by an older sglx)"
     try:
-        profile = load_profile(manifest.arch)
-    except SglxError:
-        return []
-    words = docker_run_words(profile, manifest.image.ref, None)
-    if weights is not None:
-        words[-1:-1] = ["-v", f"{weights}:/models/model:ro"]
-    return words
+        data = read_json(path, what="run spec", max_bytes=layout.MAX_META_BYTES)
+        spec = RunSpec.from_json(data, str(path))
+        site = Site(
+            image=manifest.image.ref,
+            name=f"sglx-{spec.arch}",
+            model_dir=None if weights is None else str(weights),
+            gids=host_gids(spec),
+        )
+    except SglxError as exc:
+        return [], f"no start line: {exc.message} ({exc.hint})" if exc.hint else exc.message
+    return docker_run_words(spec, site), ""
 
 
-def default_state() -> Path:
-    """$SGLX_STATE_DIR, else /var/lib/sglx/installs: outside any bundle, beside the engine."""
-    return Path(os.environ.get("SGLX_STATE_DIR") or "/var/lib/sglx/installs")
+def _with_record(result: Result, record: InstallRecord) -> Result:
+    """The report with the install record (`data.record`) and, when the record said so before
+    this run, who installed the bundle and when (`data.installed_before`)."""
+    before = record.before
+    lines = result.lines
+    if before is not None and not result.data.get("redone"):
+        said = f"already installed (by {before['door']} at {before['installed_at']})"
+        lines = tuple(
+            said + ": nothing to do" if line.startswith("nothing to do") else line for line in lines
+        )
+    data = {**result.data, "record": str(record.path), "installed_before": before}
+    return replace(result, data=data, lines=lines)

@@ -6,8 +6,9 @@ bundle: no `..`, no absolute path, no leading `-` or dot, at most 400 characters
 levels), refuses a link, FIFO, device or socket anywhere in the folder before `sha256sum`
 opens a file (a FIFO would hang it), checks every file with `sha256sum -c` and that no file
 is there that SHA256SUMS does not list, streams the chunks through `cat` into `docker load`
-(skipped when the engine already has the image id), and prints the `docker run` line built
-from the profile's container, device, group and environment settings.
+(skipped when the engine already has the image id), and prints the `docker run` line of the
+bundle's run spec (sglx.run_spec, the one the systemd unit and `sglx bundle install` use), with
+the groups by this host's numeric GID (`getent group`) where the profile says so.
 
 Given a bundle tar (`sh NAME.install.sh NAME.tar`, the copy `bundle create --tar` writes
 beside the tar), it checks the tar as GNU tar itself reads it (`tar -tf`/`-tvf`, so a tar that
@@ -16,6 +17,10 @@ member under the one bundle folder, a regular file or folder with a bundle path,
 exactly SHA256SUMS's list; only then does GNU tar unpack it into a new folder beside the tar,
 which gets the checks above and is removed again when they fail.
 
+Unless `--check`, it reads and writes the install record (sglx.bundle.record, the one `sglx
+bundle install` and the bundle_install role share) in `--state DIR`: files whose stat matches
+their recorded line are not hashed again (`RECORD_SH`, its writer generated from FIELDS).
+
 Every value the script prints comes from sglx at create time, is refused here when it holds a
 control character, and is single-quoted for the shell; the image reference and id are checked
 again by the script against the same patterns Python uses.
@@ -23,6 +28,7 @@ again by the script against the same patterns Python uses.
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from collections.abc import Sequence
@@ -33,10 +39,10 @@ from typing import get_args
 from pydantic import StringConstraints
 
 from sglx import base_archive
-from sglx.bundle import layout, manifest
-from sglx.device_lock import lock_dir_words
-from sglx.errors import SglxError
-from sglx.profile import Profile
+from sglx.bundle import layout, manifest, record
+from sglx.run_spec import Site, head_words, run_spec, tail_words
+from sglx_core.errors import SglxError
+from sglx_core.profile import Profile
 
 TEMPLATE = Template(
     r"""#!/bin/sh
@@ -47,10 +53,18 @@ TEMPLATE = Template(
 #        sh install.sh [--check] NAME.tar  check NAME.tar as GNU tar reads it, unpack it
 #                                          beside the tar, then the same
 # --check: verify only (a checked tar stays unpacked; one that fails is removed again).
+# --state DIR: the install record's folder (default $$SGLX_STATE_DIR, else $default_state),
+#   shared with `sglx bundle install` and the bundle_install role: files unchanged since a
+#   recorded install are not hashed again.
 set -eu
 image_ref=$image_ref
 image_id=$image_id
-run_line=$run_line
+# `docker run` from the bundle's run spec (meta/run.json): the groups go between head and tail,
+# by name, or by this host's numeric GID where the profile says so (devices.numeric_gids).
+run_head=$run_head
+run_groups=$run_groups
+numeric_gids=$numeric_gids
+run_tail=$run_tail
 # bundle.json's path rule (sglx.bundle.manifest.RelPath) and image reference rule, as ERE.
 rel_path=$rel_path
 ref_pattern=$ref_pattern
@@ -59,9 +73,10 @@ recopy="re-copy the bundle from the source side, or re-create it"
 unreadable="remove it; $$recopy"
 not_ours="this tar was not written by \`sglx bundle create --tar\`: get the bundle again from its"
 not_ours="$$not_ours source and do not use this one"
-tmp= staging= unpacked=
+tmp= staging= unpacked= record_tmp=
 cleanup() {
   [ -z "$$tmp" ] || rm -rf -- "$$tmp"
+  [ -z "$$record_tmp" ] || rm -f -- "$$record_tmp"
   [ -z "$$staging" ] || rm -rf -- "$$staging"
   [ -z "$$unpacked" ] || rm -rf -- "$$unpacked"
 }
@@ -82,15 +97,21 @@ q() {
     *) printf '%s' "$$1" ;;
   esac
 }
-usage="sh install.sh [--check] [NAME.tar]"
+$record_sh
+usage="sh install.sh [--check] [--state DIR] [NAME.tar]"
 check=0 tar_file=
-for arg in "$$@"; do
-  case $$arg in
+while [ $$# -gt 0 ]; do
+  case $$1 in
     --check) check=1 ;;
-    -*) die "unknown option $$(q "$$arg")" "usage: $$usage" ;;
-    *) [ -z "$$tar_file" ] || die "more than one tar named" "usage: $$usage"; tar_file=$$arg ;;
+    --state) [ $$# -ge 2 ] || die "--state needs a folder" "usage: $$usage"; state=$$2; shift ;;
+    --state=*) state=$${1#--state=} ;;
+    -*) die "unknown option $$(q "$$1")" "usage: $$usage" ;;
+    *) [ -z "$$tar_file" ] || die "more than one tar named" "usage: $$usage"; tar_file=$$1 ;;
   esac
+  shift
 done
+[ -n "$$state" ] || die "the install record folder is empty" "pass --state DIR"
+case $$state in /*) ;; *) state=$$PWD/$$state ;; esac
 { [ "$${#image_ref}" -le 255 ] && [ "$$(printf '%s' "$$image_ref" | wc -l)" -eq 0 ] &&
   printf '%s\n' "$$image_ref" | LC_ALL=C grep -Exq -e "$$ref_pattern" &&
   printf '%s\n' "$$image_id" | LC_ALL=C grep -Exq -e 'sha256:[0-9a-f]{64}'; } ||
@@ -149,8 +170,10 @@ check_folder() {
       die "a name in the bundle folder cannot be read back: $$(q "$$f")" "$$unreadable" 1
     fi
   done <"$$tmp/walk"
-  say "checking every file against SHA256SUMS"
-  if ! sha256sum -c --quiet --strict SHA256SUMS >&2; then
+  cp -- SHA256SUMS "$$tmp/tohash"
+  [ "$$check" = 1 ] || record_plan
+  say "checking $$(wc -l <"$$tmp/tohash") files against SHA256SUMS$$record_reused"
+  if [ -s "$$tmp/tohash" ] && ! sha256sum -c --quiet --strict "$$tmp/tohash" >&2; then
     die "files of the bundle do not match SHA256SUMS (listed FAILED above)" \
       "re-copy those files from the source side (a bad image chunk can be re-copied alone)" 1
   fi
@@ -249,23 +272,143 @@ else
   check_folder
 fi
 [ "$$check" = 0 ] || exit 0
+record_prepare
 
 command -v docker >/dev/null 2>&1 ||
   die "docker not found" "install the docker CLI and start the engine"
+run_line=$$run_head
+for group in $$run_groups; do
+  if [ "$$numeric_gids" = 1 ]; then
+    gid=$$(getent group "$$group" | cut -d: -f3)
+    case $$gid in
+      '' | *[!0-9]*)
+        die "this host has no group $$group, which the $arch profile passes by its GID" \
+          "configure the host first: accel_host creates the device groups (or groupadd $$group)" ;;
+    esac
+    run_line="$$run_line --group-add $$gid"
+  else
+    run_line="$$run_line --group-add $$group"
+  fi
+done
+run_line="$$run_line $$run_tail"
 if docker image inspect "$$image_id" >/dev/null 2>&1; then
   say "the engine already has image $$(q "$$image_id"): not loading it again"
 else
   say "loading $$(q "$$image_ref") from $chunk_count chunks"
+  record_said=
   cat -- $chunks | docker load >&2 ||
     die "docker load failed" "check the engine with \`docker info\` and its free space"
   docker image inspect "$$image_id" >/dev/null 2>&1 ||
     die "the loaded image is not $$(q "$$image_id")" "$$recopy"
 fi
+record_write
 $weights_note
 say "installed. Start the server with:"
 printf '%s\n' "$$run_line"
 """
 )
+
+# The install record (sglx.bundle.record), in sh and coreutils. `record_plan` stats every
+# SHA256SUMS file before any is hashed and keeps to hash only those whose line differs from the
+# record's verified line (the same sha256, device, inode, size, mtime and ctime);
+# `record_prepare` makes sure the record can be written before the image is loaded;
+# `record_write` writes it (FIELDS, by `_record_printf`) to a temporary file and renames it.
+RECORD_SH = r"""# The install record: STATE/sha256-<hex of bundle.json>.json (sglx.bundle.record).
+state=${SGLX_STATE_DIR:-@DEFAULT_STATE@}
+door=${SGLX_INSTALL_DOOR:-install.sh}
+case $door in
+  install.sh | bundle_install) ;;
+  *) die "SGLX_INSTALL_DOOR is $(q "$door"), not install.sh or bundle_install" \
+    "unset it (only the bundle_install role sets it)" ;;
+esac
+record_reused= record_said= record_file= digest= record_at= record_steps={}
+# The folder $1 with its existing part resolved (pwd -P), so that a link is seen through.
+resolved() {
+  p=$1 rest=
+  while [ ! -d "$p" ]; do
+    rest=/$(basename -- "$p")$rest
+    p=$(dirname -- "$p")
+  done
+  printf '%s%s\n' "$(cd -- "$p" && pwd -P)" "$rest"
+}
+# $tmp/stamps: `  "PATH": ["SHA256", dev, ino, size, mtime_ns, ctime_ns]` for each line of
+# $tmp/tohash (the record's verified layout), stat taken before any hashing; $tmp/tohash: the
+# lines whose stamp is not in this bundle's record (all of them without one).
+record_plan() {
+  case $(resolved "$state")/ in
+    "$(pwd -P)"/*) die "the install record folder $(q "$state") is inside the bundle" \
+      "pass --state DIR outside it: a file written there fails the next check" ;;
+  esac
+  digest=$(sed -n 's/^\([0-9a-f]\{64\}\)  bundle\.json$/\1/p' "$tmp/tohash")
+  record_file=$state/sha256-$digest.json
+  LC_ALL=C sed 's/^\([0-9a-f]\{64\}\)  \(.*\)$/\2 \1/' "$tmp/tohash" |
+    LC_ALL=C sort -k1,1 >"$tmp/bypath"
+  cut -d' ' -f1 "$tmp/bypath" | split -l 500 - "$tmp/names."
+  : >"$tmp/stat"
+  for batch in "$tmp"/names.*; do
+    [ -f "$batch" ] || continue
+    # bundle paths hold no space and no glob character (check_sums)
+    stat -c '%n %d %i %s %.9Y %.9Z' -- $(cat "$batch") >>"$tmp/stat" 2>/dev/null || :
+  done
+  # PATH SHA256 dev ino size mtime ctime (s.ns): the record's line, the times in ns
+  line='^([^ ]+) ([0-9a-f]{64}) ([0-9]+) ([0-9]+) ([0-9]+) ([0-9]+)\.([0-9]{9})'
+  line="$line"' ([0-9]+)\.([0-9]{9})$'
+  LC_ALL=C grep -E '^[^ ]+ [0-9]+ [0-9]+ [0-9]+ [0-9]+\.[0-9]{9} [0-9]+\.[0-9]{9}$' \
+    "$tmp/stat" | LC_ALL=C sort -k1,1 | LC_ALL=C join "$tmp/bypath" - |
+    LC_ALL=C sed -E -e "s/$line/  \"\1\": [\"\2\", \3, \4, \5, \6\7, \8\9]/" \
+      -e 's/, 0+([0-9])/, \1/g' | LC_ALL=C sort >"$tmp/stamps"
+  : >"$tmp/known"
+  if [ -f "$record_file" ] && [ ! -L "$record_file" ] &&
+    LC_ALL=C grep -qxF -e @KEY_DIGEST@ "$record_file" &&
+    LC_ALL=C grep -qxF -e @KEY_FORMAT@ "$record_file" &&
+    LC_ALL=C grep -qxF -e @KEY_VERSION@ "$record_file"; then
+    LC_ALL=C grep -E '^  "[^"]+": \["[0-9a-f]{64}"(, [0-9]+){5}\],?$' "$record_file" |
+      sed 's/,$//' | LC_ALL=C sort >"$tmp/known"
+    if LC_ALL=C grep -qxF -e @KEY_IMAGE@ "$record_file" &&
+      ! LC_ALL=C grep -qxF -e @KEY_NOT_DONE@ "$record_file"; then
+      record_door=$(sed -n 's/^ "door": "\([a-z_.]*\)",$/\1/p' "$record_file")
+      record_at=$(sed -n 's/^ "installed_at": "\([0-9TZ:-]*\)",$/\1/p' "$record_file")
+      record_steps=$(sed -n 's/^ "steps": \({.*}\),$/\1/p' "$record_file")
+      [ -z "$record_door" ] || [ -z "$record_at" ] || [ -z "$record_steps" ] ||
+        record_said="by $record_door at $record_at"
+    fi
+  fi
+  LC_ALL=C comm -12 "$tmp/stamps" "$tmp/known" | sed 's/^  "\([^"]*\)".*$/\1/' |
+    LC_ALL=C sort >"$tmp/reused"
+  LC_ALL=C join -v 1 "$tmp/bypath" "$tmp/reused" | sed 's/^\([^ ]*\) \(.*\)$/\2  \1/' \
+    >"$tmp/tohash"
+  reused=$(wc -l <"$tmp/reused")
+  [ "$reused" = 0 ] || record_reused=" ($reused unchanged since verified, by $(q "$record_file"))"
+}
+# The record can be written (before the image is loaded): a temporary file in its folder.
+record_prepare() {
+  mkdir -p -- "$state" 2>/dev/null && record_tmp=$(mktemp "$state/.sha256-$digest.XXXXXXXX") ||
+    die "cannot write the install record in $(q "$state"); nothing was loaded" \
+      "run as root, or pass --state DIR (or set SGLX_STATE_DIR) to a writable folder"
+}
+# A value for the record's JSON: control and non-ASCII characters as '?', \ and " escaped.
+record_text() {
+  printf '%s' "$1" | LC_ALL=C tr -c '[:print:]' '?' | sed 's/[\\"]/\\&/g'
+}
+# An install the record names (its image still in the engine) keeps its door, time and steps.
+record_write() {
+  if [ -n "$record_said" ]; then
+    say "already installed ($record_said); the record keeps that"
+  else
+    record_door=$door record_at=$(date -u +%Y-%m-%dT%H:%M:%SZ) record_steps={}
+  fi
+  sums=$(sha256sum <SHA256SUMS | cut -c1-64)
+  {
+    printf '{\n'
+@PRINTF@
+    printf ' "verified": {\n'
+    sed '$!s/$/,/' "$tmp/stamps"
+    printf ' }\n}\n'
+  } >"$record_tmp"
+  mv -f -- "$record_tmp" "$record_file"
+  record_tmp=
+  say "recorded the install in $(q "$record_file")"
+}"""
 
 _ID = re.compile(r"sha256:[0-9a-f]{64}")
 # A bundle path can hold 100,000 lines of a 400-character path plus a hash: the bound on
@@ -294,6 +437,52 @@ REL_PATH_ERE = ere(_pattern(manifest.RelPath))
 REF_ERE = ere(base_archive._REFERENCE.pattern)
 
 
+def record_values(arch: str, image_ref: str, image_id: str) -> dict[str, str]:
+    """install.sh's value of each install record field but `verified`, as a printf argument
+    of JSON text (the values named at create time are rendered here, already checked)."""
+    return {
+        "format": shlex.quote(json.dumps(record.FORMAT)),
+        "version": str(record.VERSION),
+        "bundle_digest": '"\\"sha256:$digest\\""',
+        "sums": '"\\"sha256:$sums\\""',
+        "arch": shlex.quote(json.dumps(arch)),
+        "image_ref": shlex.quote(json.dumps(image_ref)),
+        "image_id": shlex.quote(json.dumps(image_id)),
+        "bundle_path": '"\\"$(record_text "$(pwd -P)")\\""',
+        "door": '"\\"$record_door\\""',
+        "installed_at": '"\\"$record_at\\""',
+        "steps": '"$record_steps"',
+    }
+
+
+def record_sh(arch: str, image_ref: str, image_id: str) -> str:
+    """RECORD_SH for one bundle: its printf lines are FIELDS in order (so install.sh's record
+    cannot drift from sglx's), and the lines that key a record are those `record.render`
+    writes."""
+    values = record_values(arch, image_ref, image_id)
+    names = [name for name in record.FIELDS if name != "verified"]
+    if list(values) != names:
+        raise AssertionError(f"install.sh's record fields {list(values)} are not {names}")
+    printf = "\n".join(f"    printf ' {json.dumps(n)}: %s,\\n' {values[n]}" for n in names)
+
+    def line(name: str, value: object) -> str:
+        return shlex.quote(f" {json.dumps(name)}: {json.dumps(value)},")
+
+    keys = {
+        "@KEY_FORMAT@": line("format", record.FORMAT),
+        "@KEY_VERSION@": line("version", record.VERSION),
+        "@KEY_DIGEST@": '" \\"bundle_digest\\": \\"sha256:$digest\\","',
+        "@KEY_IMAGE@": line("image_id", image_id),
+        "@KEY_NOT_DONE@": line("installed_at", None),
+        "@DEFAULT_STATE@": record.DEFAULT_STATE,
+        "@PRINTF@": printf,
+    }
+    text = RECORD_SH
+    for key, value in keys.items():
+        text = text.replace(key, value)
+    return text
+
+
 def beside_tar(tar_path: Path) -> Path:
     """Where `bundle create --tar` puts the copy of install.sh for NAME.tar: NAME.install.sh."""
     return tar_path.with_name(tar_path.name.removesuffix(".tar") + "." + layout.INSTALL_SH)
@@ -308,34 +497,6 @@ def _plain(value: str, what: str) -> str:
             code="usage",
         )
     return value
-
-
-def docker_run_words(profile: Profile, image: str, weights: str | None = None) -> list[str]:
-    """The `docker run` arguments for this profile: devices, groups, ipc, shm, mounts (the
-    device-init lock's host folder among them: sglx.device_lock), env, port."""
-    c = profile.container
-    words = ["docker", "run", "-d", "--name", f"sglx-{profile.arch}"]
-    words += ["--network", "host"] if c.network == "host" else ["-p", f"{c.port}:{c.port}"]
-    words += ["--ipc", c.ipc, "--shm-size", c.shm_size]
-    for node in profile.devices.nodes:
-        words += ["--device", node.path]
-    for group in profile.devices.groups:
-        words += ["--group-add", group]
-    for cap in c.cap_add:
-        words += ["--cap-add", cap]
-    for opt in c.security_opt:
-        words += ["--security-opt", opt]
-    for name, limit in sorted(c.ulimits.items()):
-        words += ["--ulimit", f"{name}={limit}" if limit >= 0 else f"{name}=-1"]
-    for mount in c.mounts:
-        words += ["-v", f"{mount.source}:{mount.target}" + (":ro" if mount.read_only else "")]
-    words += lock_dir_words(profile)
-    if weights is not None:
-        words += ["-v", f"{weights}:/models/model:ro"]
-    for key, value in sorted(profile.env.items()):
-        words += ["-e", f"{key}={value}"]
-    words.append(image)
-    return words
 
 
 def render(
@@ -366,20 +527,27 @@ def render(
             f"weights travel beside the image in {weights_path}: copy them to "
             f"{weights_target} (or use sglx bundle install --weights-dir)"
         )
-    run = [
-        _plain(word, "a docker run argument")
-        for word in docker_run_words(profile, image_ref, weights_target)
-    ]
+    spec = run_spec(profile)
+    site = Site(image=image_ref, name=f"sglx-{profile.arch}", model_dir=weights_target)
+    head, tail = (
+        [_plain(word, "a docker run argument") for word in words]
+        for words in (head_words(spec, site), tail_words(spec, site))
+    )
     return TEMPLATE.substitute(
         arch=_plain(profile.arch, "the arch"),
         version=_plain(version, "the sglx version"),
         image_ref=shlex.quote(image_ref),
         image_id=shlex.quote(image_id),
-        run_line=shlex.quote(shlex.join(run)),
+        run_head=shlex.quote(shlex.join(head)),
+        run_tail=shlex.quote(shlex.join(tail)),
+        run_groups=shlex.quote(" ".join(spec.groups)),
+        numeric_gids=int(spec.numeric_gids),
         rel_path=shlex.quote(REL_PATH_ERE),
         ref_pattern=shlex.quote(REF_ERE),
         max_sums=MAX_SUMS_BYTES,
         chunk_count=len(chunks),
         chunks=" ".join(shlex.quote(c) for c in chunks),
         weights_note=weights_note,
+        record_sh=record_sh(profile.arch, image_ref, image_id),
+        default_state=record.DEFAULT_STATE,
     )

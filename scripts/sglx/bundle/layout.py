@@ -9,10 +9,12 @@ agree on them.
     meta/scan.json         `sglx scan --json` of the image
     meta/versions.json     sglang, plugin, kernels, base and weights digest
     meta/labels.json       the image labels
+    meta/arch.yaml         the resolved profile baked into the image (its io.sglx.profile.digest)
+    meta/run.json          the run spec (sglx.run_spec): how a host runs the server container
     wheelhouse/            the arch's lock and its wheels (with --wheelhouse)
     weights/NAME/          converted weights and their manifest (with --weights-outside)
     ansible/               playbooks, roles, example inventory with the arch's rendered vars
-    ansible/host-checks/   the host-check suite (tests/host)
+    ansible/host-checks/   the host-check suite (hostchecks)
     ansible/control-node.txt  the control node's hash-pinned lock (bundles/locks/ansible.txt)
     ansible/wheels/        its wheels (with --control-wheels)
 """
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 import re
 
-from sglx.errors import SglxError
+from sglx_core.errors import SglxError
 
 MANIFEST = "bundle.json"
 SIGNATURE = "bundle.json.sig"
@@ -31,6 +33,8 @@ IMAGE_ARCHIVE = "image/image.tar"
 SCAN_REPORT = "meta/scan.json"
 VERSIONS = "meta/versions.json"
 LABELS = "meta/labels.json"
+PROFILE = "meta/arch.yaml"
+RUN_SPEC = "meta/run.json"
 WHEELHOUSE = "wheelhouse"
 WHEEL_LOCK = "wheelhouse/requirements.lock"
 WEIGHTS = "weights"

@@ -20,9 +20,9 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 
 from sglx.base_archive import check_reference
 from sglx.bundle import layout
-from sglx.errors import SglxError
-from sglx.profile.loader import NAME_PATTERN
-from sglx.untrusted import parse_json
+from sglx_core.errors import SglxError
+from sglx_core.profile.loader import NAME_PATTERN
+from sglx_core.untrusted import parse_json
 
 FORMAT: Literal["sglx-bundle"] = "sglx-bundle"
 FORMAT_VERSION: Literal[1] = 1
@@ -48,6 +48,8 @@ FIXED_KINDS: dict[str, Kind] = {
     layout.SCAN_REPORT: "meta",
     layout.VERSIONS: "meta",
     layout.LABELS: "meta",
+    layout.PROFILE: "meta",
+    layout.RUN_SPEC: "meta",
     layout.INSTALL_SH: "install",
 }
 RECOPY = "re-copy bundle.json from the source side, or re-create the bundle"
@@ -122,7 +124,7 @@ def dump(manifest: BundleManifest) -> bytes:
 
 
 def parse(raw: bytes, where: str) -> BundleManifest:
-    """Validate `bundle.json` bytes: JSON under sglx.untrusted's rules (no repeated key, bounded
+    """Validate `bundle.json` bytes: JSON under untrusted's rules (no repeated key, bounded
     depth), the schema, then the manifest against itself and the bundle layout. Any problem is
     an error naming the file and the field."""
     if len(raw) > layout.MAX_MANIFEST_BYTES:

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from sglx.bundle import layout
-from sglx.errors import SglxError
+from sglx_core.errors import SglxError
 
 TIMEOUT_S = 60
 SITE_ALLOWED_SIGNERS = Path("/etc/sglx/allowed_signers")

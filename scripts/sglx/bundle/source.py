@@ -7,9 +7,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from sglx.bundle.tarsafe import extract_tar
-from sglx.errors import SglxError
 from sglx.progress import Progress
-from sglx.util import scratch_dir
+from sglx_core.errors import SglxError
+from sglx_core.util import scratch_dir
 
 
 @contextmanager

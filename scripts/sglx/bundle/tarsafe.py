@@ -32,8 +32,8 @@ from typing import BinaryIO
 
 from sglx.bundle import layout
 from sglx.bundle.files import require_space
-from sglx.errors import SglxError
-from sglx.untrusted import open_regular
+from sglx_core.errors import SglxError
+from sglx_core.untrusted import open_regular
 
 _BLOCK = tarfile.BLOCKSIZE
 _PLAIN = (tarfile.REGTYPE, tarfile.AREGTYPE, tarfile.DIRTYPE)

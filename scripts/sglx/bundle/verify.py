@@ -21,10 +21,10 @@ from sglx.bundle.hashing import HashJob, hash_files
 from sglx.bundle.manifest import BundleManifest, FileEntry, parse, render_sums, sha256_bytes
 from sglx.bundle.signing import site_allowed_signers
 from sglx.bundle.signing import verify as verify_signature
-from sglx.errors import SglxError
 from sglx.progress import Progress
-from sglx.report import Finding
-from sglx.untrusted import open_regular, read_bounded
+from sglx_core.errors import SglxError
+from sglx_core.report import Finding
+from sglx_core.untrusted import open_regular, read_bounded
 
 RECOPY = "re-copy {what} from the source side"
 

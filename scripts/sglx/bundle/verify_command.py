@@ -10,9 +10,9 @@ from pathlib import Path
 from sglx.bundle import layout
 from sglx.bundle.source import bundle_folder
 from sglx.bundle.verify import FileCheck, SignaturePolicy, check_files
-from sglx.errors import SglxError
 from sglx.progress import Progress
-from sglx.report import Finding, Result, Table
+from sglx_core.errors import SglxError
+from sglx_core.report import Finding, Result, Table
 
 
 def verify_bundle(
@@ -79,9 +79,9 @@ def _verify(
 
 
 def _scan(folder: Path, check: FileCheck, jobs: int, progress: Progress) -> list[Finding]:
-    from sglx.profile import load_profile
-    from sglx.scan.command import scan_bundle
+    from sglx.bundle.scan_target import scan_bundle
     from sglx.scan.rules import Rules
+    from sglx_core.profile import load_profile
 
     assert check.manifest is not None
     profile = load_profile(check.manifest.arch)

@@ -1,1 +1,1 @@
-"""`sglx hosts check`: the testinfra host checks (tests/host) over an Ansible inventory."""
+"""`sglx hosts check`: the testinfra host checks (hostchecks) over an Ansible inventory."""

@@ -1,6 +1,6 @@
 """Run the host checks against an inventory and report them per host.
 
-pytest runs tests/host with testinfra's Ansible backend over the inventory the playbooks use
+pytest runs hostchecks with testinfra's Ansible backend over the inventory the playbooks use
 (`--hosts ansible://PATTERN --ansible-inventory INV --sudo`), spread over pytest-xdist
 workers so that a large group is not checked one host at a time. Its JUnit report is read back
 into a one-screen summary (the failing host, check, what is wrong and the fix), a JSON envelope
@@ -23,17 +23,17 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from sglx.errors import SglxError
 from sglx.hosts.junit import CheckResult, read_report
-from sglx.profile import load_profile
 from sglx.progress import Progress
-from sglx.report import Finding, Result, Table
-from sglx.untrusted import file_kind
-from sglx.util import atomic_write_bytes, check_output_file
+from sglx_core.errors import SglxError
+from sglx_core.paths import ansible_dir, host_checks_dir
+from sglx_core.profile import load_profile
+from sglx_core.report import Finding, Result, Table
+from sglx_core.untrusted import file_kind
+from sglx_core.util import atomic_write_bytes, check_output_file
 
-ROOT = Path(__file__).resolve().parents[3]
-SUITE = ROOT / "tests" / "host"
-ANSIBLE_CFG = ROOT / "ansible" / "ansible.cfg"
+SUITE = host_checks_dir()
+ANSIBLE_CFG = ansible_dir() / "ansible.cfg"
 MODES = ("preflight", "acceptance")
 # pytest's own exit codes that mean the checks did not run (interrupted, internal error, usage
 # error, nothing collected): exit 2, not findings.

@@ -21,7 +21,6 @@ Order of work, cheap local checks first, each step failing fast with what to do:
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import json
 import os
 import re
@@ -32,20 +31,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from sglx import __version__
 from sglx.engine import docker_client
-from sglx.errors import SglxError
-from sglx.image import base_facts, payload, prune
+from sglx.image import payload, prune
 from sglx.image.render import dockerfile_path, stale
-from sglx.profile import Profile
-from sglx.profile.loader import display_path
 from sglx.progress import Progress
-from sglx.report import Result, Table
-from sglx.util import scratch_dir
 from sglx.wheels import wheelhouse
 from sglx.wheels.steps import default_wheelhouse, load_lock, lock_path
+from sglx_core import base_facts, base_probe
+from sglx_core.errors import SglxError
+from sglx_core.paths import source_root
+from sglx_core.profile import Profile
+from sglx_core.profile.loader import display_path
+from sglx_core.profile.resolved import PROFILE_DIGEST_LABEL, profile_digest, resolved_text
+from sglx_core.report import Result, Table
+from sglx_core.util import scratch_dir
 
 BUILD_TIMEOUT_S = 3600
 # sglx, sglx-platform and sglx-kernels: the files each wheel is built from.
@@ -202,7 +202,7 @@ def probe_base(client: Any, profile: Profile, ref: str) -> dict[str, Any]:
     """What the base declares (base_probe.py run by the base's own Python, no network)."""
     from docker.errors import APIError, ContainerError
 
-    source = (Path(__file__).parent / "base_probe.py").read_text()
+    source = Path(base_probe.__file__).read_text()
     try:
         out = client.containers.run(
             ref,
@@ -284,7 +284,7 @@ def _write_base_report(
         "missing_provided": base_facts.missing_provided(profile, probe),
     }
     (context / "etc" / "base.json").write_text(json.dumps(report, indent=1, sort_keys=True) + "\n")
-    shutil.copy2(Path(__file__).parent / "base_probe.py", context / "base_probe.py")
+    shutil.copy2(Path(base_probe.__file__), context / "base_probe.py")
 
 
 def _prepare_model(
@@ -332,10 +332,7 @@ def _write_context(profile: Profile, model_name: str, context: Path, progress: P
     """The small build context: the Dockerfile, the resolved profile and sglx's own wheels."""
     (context / "etc").mkdir(parents=True)
     shutil.copy2(dockerfile_path(profile.arch), context / "Dockerfile")
-    (context / "etc" / "arch.yaml").write_text(
-        f"# sglx arch profile {profile.arch}, resolved (shared fragments merged in)\n"
-        + yaml.safe_dump(profile.to_json(), sort_keys=False)
-    )
+    (context / "etc" / "arch.yaml").write_text(resolved_text(profile))
     (context / "etc" / "model-name").write_text(model_name + "\n")
     progress("building the sglx, sglx-platform and sglx-kernels wheels")
     build_own_wheels(context / "sglx-wheels", context.parent / "src")
@@ -394,7 +391,6 @@ def build_own_wheels(dest: Path, scratch: Path) -> list[Path]:
 def _labels(
     profile: Profile, lock_digest: str, wheels: int, model: Model, base_ref: str, base_image: Any
 ) -> dict[str, str]:
-    profile_json = yaml.safe_dump(profile.to_json(), sort_keys=True).encode()
     return {
         "org.opencontainers.image.created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "org.opencontainers.image.version": __version__,
@@ -411,13 +407,8 @@ def _labels(
         "io.sglx.weights.digest": model.digest,
         "io.sglx.model.name": model.name,
         "io.sglx.model.demo": "true" if model.demo else "false",
-        "io.sglx.profile.digest": "sha256:" + hashlib.sha256(profile_json).hexdigest(),
+        PROFILE_DIGEST_LABEL: profile_digest(profile),
     }
-
-
-def source_root() -> Path:
-    """The checkout this sglx runs from (its own distributions are built from it)."""
-    return Path(__file__).resolve().parents[3]
 
 
 def _revision() -> str:

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from sglx.progress import Progress
-from sglx.util import scratch_dir
 from sglx.wheels.lockfile import Lock
+from sglx_core.util import scratch_dir
 
 
 @dataclass(frozen=True)

@@ -29,10 +29,10 @@ from typing import Any
 
 from sglx.engine import docker_client
 from sglx.image.render import MODEL_DIR
-from sglx.profile.loader import profile_path
 from sglx.progress import Progress
-from sglx.report import Finding, Result, Table
 from sglx.weights.manifest import MANIFEST_NAME
+from sglx_core.profile.loader import profile_path
+from sglx_core.report import Finding, Result, Table
 
 STAGE_LABEL = "io.sglx.stage"
 ARCH_LABEL = "io.sglx.arch"

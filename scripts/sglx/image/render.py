@@ -10,10 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from sglx.profile import Profile, images_dir, known_arches, load_profile
-from sglx.profile.loader import display_path
-from sglx.report import Finding, Result, Table
-from sglx.util import atomic_write_text
+from sglx_core.profile import Profile, images_dir, known_arches, load_profile
+from sglx_core.profile.loader import display_path
+from sglx_core.report import Finding, Result, Table
+from sglx_core.util import atomic_write_text
 
 TEMPLATE = "Dockerfile.j2"
 MODEL_DIR = "/models/model"

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sglx.scan.elf import ElfKind
-from sglx.scan.rootfs import RootFS
+from sglx_core.rootfs import RootFS
 
 
 @dataclass(frozen=True)

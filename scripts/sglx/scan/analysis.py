@@ -1,8 +1,8 @@
 """One scan: walk a tree inside a root, resolve every ELF file's closure, apply the rules.
 
 The outcome is a `ScanReport` (plain data). Turning reports into a `Result` for people and
---json is `sglx.scan.result`'s job; getting a root out of an image or a bundle is
-`sglx.scan.image`'s and `sglx.scan.bundle`'s.
+--json is `sglx.scan.result`'s job; getting a root out of an image or an archive is
+`sglx.scan.image`'s and `sglx.scan.archive`'s.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from pathlib import Path
 from sglx.scan.elf import BAD_HEADERS, TRUNCATED, ElfInfo, ElfKind, FileProblem
 from sglx.scan.inventory import take_inventory
 from sglx.scan.loader import BROKEN, HOST, MISSING, Closure, ElfCache, Loader
-from sglx.scan.rootfs import RootFS
 from sglx.scan.rules import (
     LOADED_FIRST,
     OPTIONAL_FILES,
@@ -26,6 +25,7 @@ from sglx.scan.rules import (
     check_presence,
     check_runtime,
 )
+from sglx_core.rootfs import RootFS
 
 DEFAULT_KIND = ElfKind(64, True, "EM_X86_64")
 

@@ -1,5 +1,6 @@
-"""`sglx scan`: the three ways in (a tree, an image in the engine, a bundle folder), each
-returning a `Result`. Scratch space is removed whatever happens.
+"""`sglx scan`: the three ways in (a tree, an image in the engine, a `docker save` archive
+kept as chunks), each returning a `Result`. Scratch space is removed whatever happens. A bundle
+folder is an archive to scan: `sglx.bundle.scan_target` says which chunks and wheels.
 """
 
 from __future__ import annotations
@@ -8,15 +9,15 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from sglx.errors import SglxError
 from sglx.progress import Progress
-from sglx.report import Result
 from sglx.scan.analysis import Target, analyze
-from sglx.scan.bundle import archive_targets, bundle_targets
+from sglx.scan.archive import ChunkedArchive, chunked_targets
 from sglx.scan.image import export_image
 from sglx.scan.result import build_result
 from sglx.scan.rules import Rules
-from sglx.util import scratch_dir
+from sglx_core.errors import SglxError
+from sglx_core.report import Result
+from sglx_core.util import scratch_dir
 
 
 def default_jobs() -> int:
@@ -39,7 +40,9 @@ def tree_target(paths: Sequence[Path], *, root: Path | None, rules: Rules) -> Ta
     files work on this machine)."""
     if not paths:
         raise SglxError(
-            "nothing to scan", hint="give a PATH, --image REF or --bundle DIR", code="usage"
+            "nothing to scan",
+            hint="give a PATH, --image REF, --archive FILE or --bundle DIR",
+            code="usage",
         )
     for path in paths:
         if not path.exists():
@@ -94,29 +97,31 @@ def scan_image(ref: str, *, rules: Rules, jobs: int, progress: Progress) -> Resu
     return build_result([report], source)
 
 
-def scan_bundle(bundle: Path, *, rules: Rules, jobs: int, progress: Progress) -> Result:
-    """Scan a bundle folder's image archives and wheelhouse (provisional, see bundle.py)."""
-    with scratch_dir("sglx-scan-") as scratch:
-        targets = bundle_targets(bundle, scratch, progress)
-        reports = [analyze(t, rules, jobs=jobs, progress=progress) for t in targets]
-    return build_result(reports, {"kind": "bundle", "path": str(bundle)})
-
-
 def scan_archive(
-    archive: Path,
-    chunks: tuple[Path, ...],
+    spec: ChunkedArchive,
     source: dict[str, str],
     *,
     rules: Rules,
     jobs: int,
     progress: Progress,
 ) -> Result:
-    """Scan the images of a `docker save` archive read from its chunks: what `sglx bundle
-    create` just wrote, so that its report is of the bytes the bundle carries."""
+    """Scan the images of a `docker save` archive read from its chunks, and the wheels `spec`
+    lays into it; `source` is what the report says was scanned (a bundle, an image ref)."""
     with scratch_dir("sglx-scan-") as scratch:
-        targets = archive_targets(archive, chunks, scratch, progress)
+        targets = chunked_targets(spec, scratch, progress)
         reports = [analyze(t, rules, jobs=jobs, progress=progress) for t in targets]
     return build_result(reports, source)
+
+
+def archive_files(files: Sequence[Path]) -> ChunkedArchive:
+    """`sglx scan --archive FILE...`: a saved archive, or its pieces in the order given."""
+    first = files[0]
+    name = first.with_suffix("") if len(files) > 1 and first.suffix[1:].isdigit() else first
+    return ChunkedArchive(
+        archive=name,
+        chunks=tuple(files),
+        fix="give a file written by `docker save -o FILE IMAGE`, or all its pieces in order",
+    )
 
 
 def _inside(root: Path, path: Path) -> str:

@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from sglx.engine import docker_client
-from sglx.errors import SglxError
 from sglx.progress import Progress
 from sglx.scan.inventory import names_only
 from sglx.scan.layers import IterStream, RootWriter
+from sglx_core.errors import SglxError
 
 _EXPORT_CHUNK = 1 << 20
 
@@ -45,8 +45,8 @@ def export_image(ref: str, dest: Path, progress: Progress) -> ImageFacts:
     except ImageNotFound:
         raise SglxError(
             f"no image '{ref}' in the local Docker engine",
-            hint="list images with `docker images`; load an archive with `docker load -i FILE`, "
-            "or scan the archive's folder with --bundle",
+            hint="list images with `docker images`; scan a saved archive without loading it "
+            "with --archive FILE, or a bundle's with --bundle DIR",
             code="usage",
         ) from None
     name = f"sglx-scan-{uuid.uuid4().hex[:12]}"

@@ -24,7 +24,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
 from sglx.scan.elf import BAD_HEADERS, ELF_MAGIC, UNREADABLE, ElfInfo, FileProblem, inspect_elf
-from sglx.scan.rootfs import Kind, RootFS
+from sglx_core.rootfs import Kind, RootFS
 
 # A file or folder that went away (or became a link) between listing and opening: not a problem.
 _GONE = frozenset({errno.ENOENT, errno.ENOTDIR, errno.ELOOP})

@@ -40,9 +40,9 @@ from functools import partial
 from pathlib import Path
 from typing import IO
 
-from sglx.errors import SglxError
-from sglx.scan.rootfs import Kind, Step, follow
-from sglx.util import remove_tree
+from sglx_core.errors import SglxError
+from sglx_core.rootfs import Kind, Step, follow
+from sglx_core.util import remove_tree
 
 WHITEOUT = ".wh."
 OPAQUE = ".wh..wh..opq"

@@ -38,8 +38,8 @@ from typing import NamedTuple
 
 from sglx.scan.abi import LoaderDefaults, loader_defaults
 from sglx.scan.elf import TRUNCATED, UNREADABLE, ElfInfo, ElfKind, FileProblem, inspect_elf
-from sglx.scan.ldconf import cache_may_hold, conf_dirs
-from sglx.scan.rootfs import Kind, RootFS
+from sglx_core.ldconf import cache_may_hold, conf_dirs
+from sglx_core.rootfs import Kind, RootFS
 
 _DST = re.compile(r"\$(?:\{(ORIGIN|LIB|PLATFORM)\}|(ORIGIN|LIB|PLATFORM)(?![A-Za-z0-9_]))")
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sglx.report import Finding, Result, Table
 from sglx.scan.analysis import Accepted, ScanReport, Unresolved
 from sglx.scan.elf import TRUNCATED, FileProblem
 from sglx.scan.rules import UNRESOLVED
+from sglx_core.report import Finding, Result, Table
 
 DAMAGED_ELF = "damaged_elf"
 UNREADABLE_FILE = "unreadable_file"

@@ -34,10 +34,10 @@ from typing import TYPE_CHECKING
 
 from sglx.scan.elf import ElfInfo, ElfKind
 from sglx.scan.loader import Loader, SearchDir
-from sglx.scan.rootfs import Kind, RootFS
+from sglx_core.rootfs import Kind, RootFS
 
 if TYPE_CHECKING:  # pydantic takes 0.15 s to import; a scan without --arch never needs it
-    from sglx.profile import Profile
+    from sglx_core.profile import Profile
 
 UNRESOLVED = "unresolved"
 REQUIRED_MISSING = "required_missing"

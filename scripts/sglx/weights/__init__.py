@@ -6,6 +6,19 @@ manifest; `check_weights` compares the numbers of a source and its conversion; `
 is the weights digest images label and bundles reference. Format: docs/reference/weights.md.
 """
 
-from sglx.weights.manifest import MANIFEST_NAME, manifest_digest
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sglx.weights.manifest import MANIFEST_NAME, manifest_digest
 
 __all__ = ["MANIFEST_NAME", "manifest_digest"]
+
+
+def __getattr__(name: str) -> Any:
+    """Import the manifest (and pydantic with it) on first use: `sglx.cli` imports
+    `sglx.weights.cli` for every command, and building the parser should not pay for pydantic."""
+    if name in __all__:
+        from sglx.weights import manifest
+
+        return getattr(manifest, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -4,7 +4,7 @@ A checkpoint comes from outside (a download, a USB disk), and three of its files
 sglx parses: `config.json`, the `*.safetensors.index.json` and each shard's header. A real
 config is a few levels deep and a few KiB; an index a few MiB; a header is capped at 100 MB by
 the safetensors format itself. Anything past these bounds is refused with the file's name
-before it is used (sglx.untrusted holds the rules; this module the checkpoint's bounds and
+before it is used (sglx_core.untrusted holds the rules; this module the checkpoint's bounds and
 the fix it names).
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from sglx import untrusted
+from sglx_core import untrusted
 
 MAX_DEPTH = untrusted.MAX_JSON_DEPTH
 MAX_CONFIG_BYTES = 4 << 20

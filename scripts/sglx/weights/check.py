@@ -28,13 +28,13 @@ from typing import Any
 
 import numpy as np
 
-from sglx.errors import SglxError
-from sglx.report import Finding, Result, Table
 from sglx.weights.checkpoint import Checkpoint, read_checkpoint
 from sglx.weights.dtypes import Dtype
 from sglx.weights.policy import quant_method_of
 from sglx.weights.safetensors_io import TensorEntry
 from sglx.weights.transform import BLOCK_BYTES
+from sglx_core.errors import SglxError
+from sglx_core.report import Finding, Result, Table
 
 ProgressFn = Callable[[str], None]
 DEFAULT_PROMPTS = (

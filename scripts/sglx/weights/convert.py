@@ -35,10 +35,6 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from sglx import __version__
-from sglx.errors import SglxError
-from sglx.profile.schema import Profile
-from sglx.report import Result, Table
-from sglx.util import CHUNK, sha256_file
 from sglx.weights.checkpoint import CONFIG_NAME, Checkpoint, read_checkpoint
 from sglx.weights.dtypes import CODE_TO_PROFILE
 from sglx.weights.manifest import (
@@ -54,6 +50,10 @@ from sglx.weights.manifest import (
 from sglx.weights.plan import OutputPlan, ShardPlan, plan_output
 from sglx.weights.policy import dtype_policy
 from sglx.weights.writer import write_shard
+from sglx_core.errors import SglxError
+from sglx_core.profile.schema import Profile
+from sglx_core.report import Result, Table
+from sglx_core.util import CHUNK, sha256_file
 
 ProgressFn = Callable[[str], None]
 STAGING_MARK = ".sglx-partial-"

@@ -16,7 +16,7 @@ from typing import Literal
 import ml_dtypes
 import numpy as np
 
-from sglx.errors import SglxError
+from sglx_core.errors import SglxError
 
 Kind = Literal["float", "int", "bool", "quantized", "complex"]
 

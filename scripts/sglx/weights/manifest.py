@@ -21,9 +21,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
-from sglx import untrusted
-from sglx.errors import SglxError
-from sglx.util import atomic_write_text
+from sglx_core import untrusted
+from sglx_core.errors import SglxError
+from sglx_core.util import atomic_write_text
 
 MANIFEST_NAME = "sglx-weights.json"
 MAX_MANIFEST_BYTES = 256 << 20
@@ -108,7 +108,7 @@ def read_manifest(path: Path) -> Manifest:
     """Load and validate the manifest of a converted model folder (or the manifest file).
 
     It comes with the weights, from outside: it is read only if a regular file of at most
-    MAX_MANIFEST_BYTES, and parsed under sglx.untrusted's rules (no repeated key, bounded
+    MAX_MANIFEST_BYTES, and parsed under sglx_core.untrusted's rules (no repeated key, bounded
     nesting) before the schema is applied."""
     file = manifest_path(path)
     if not file.exists():

@@ -17,12 +17,12 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from sglx.errors import SglxError
-from sglx.untrusted import open_regular
 from sglx.weights.checkpoint import Checkpoint
 from sglx.weights.dtypes import Dtype
 from sglx.weights.policy import DtypePolicy
 from sglx.weights.safetensors_io import SafetensorsFile, TensorEntry, encode_header
+from sglx_core.errors import SglxError
+from sglx_core.untrusted import open_regular
 
 DEFAULT_INDEX_NAME = "model.safetensors.index.json"
 SINGLE_NAME = "model.safetensors"

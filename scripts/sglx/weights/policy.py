@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any
 
-from sglx.errors import SglxError
-from sglx.profile.schema import Profile
 from sglx.weights.dtypes import Dtype, storage_dtype
+from sglx_core.errors import SglxError
+from sglx_core.profile.schema import Profile
 
 QUANTIZATION_RULE = "quantization"
 

@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sglx.errors import SglxError
-from sglx.untrusted import open_regular
 from sglx.weights.bounded_json import parse_json
 from sglx.weights.dtypes import Dtype, lookup
+from sglx_core.errors import SglxError
+from sglx_core.untrusted import open_regular
 
 LENGTH_BYTES = 8
 # The safetensors library refuses headers above 100 MB; so do we, before reading one.

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sglx.errors import SglxError
 from sglx.weights.dtypes import Dtype
 from sglx.weights.plan import TensorPlan
+from sglx_core.errors import SglxError
 
 BLOCK_BYTES = 8 << 20
 # Exponent bits of 16-bit floats: all ones means Inf or NaN. Checking bits is 3-5x faster than

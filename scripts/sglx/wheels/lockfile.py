@@ -21,10 +21,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sglx.errors import SglxError
-from sglx.profile import Profile
-from sglx.profile.loader import NAME_PATTERN
 from sglx.wheels.target import target_of
+from sglx_core.errors import SglxError
+from sglx_core.profile import Profile
+from sglx_core.profile.loader import NAME_PATTERN
 
 HEADER_KEY = "# sglx-lock: "
 UPLOADED_PRIOR_TO = "uploaded_prior_to"

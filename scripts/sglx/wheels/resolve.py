@@ -19,12 +19,12 @@ from urllib.parse import unquote, urlparse
 from packaging.markers import default_environment
 from packaging.requirements import Requirement
 
-from sglx.errors import SglxError
-from sglx.profile import Profile
 from sglx.progress import Progress
-from sglx.util import scratch_dir
 from sglx.wheels.lockfile import UPLOADED_PRIOR_TO, Lock, Wheel, canonical, inputs_digest
 from sglx.wheels.target import Target, target_of
+from sglx_core.errors import SglxError
+from sglx_core.profile import Profile
+from sglx_core.util import scratch_dir
 
 PIP_TIMEOUT_S = 1800
 

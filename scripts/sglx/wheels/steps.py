@@ -6,15 +6,15 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from sglx.errors import SglxError
-from sglx.profile import Profile, images_dir
-from sglx.profile.loader import display_path
 from sglx.progress import Progress
-from sglx.report import Finding, Result, Table
-from sglx.util import atomic_write_text
 from sglx.wheels import lockfile, wheelhouse
 from sglx.wheels.resolve import resolve
 from sglx.wheels.target import target_of
+from sglx_core.errors import SglxError
+from sglx_core.profile import Profile, images_dir
+from sglx_core.profile.loader import display_path
+from sglx_core.report import Finding, Result, Table
+from sglx_core.util import atomic_write_text
 
 WHEELHOUSE_ENV = "SGLX_WHEELHOUSE"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sglx.profile import Profile
+from sglx_core.profile import Profile
 
 # The oldest manylinux level sglx accepts; every level from here to the base's glibc is allowed.
 MIN_GLIBC_MINOR = 17

@@ -16,12 +16,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from sglx.errors import SglxError
 from sglx.progress import Progress
-from sglx.util import sha256_file
 from sglx.verified_cache import VerifiedCache, cacheable
 from sglx.wheels.lockfile import Lock, Wheel
 from sglx.wheels.target import Target
+from sglx_core.errors import SglxError
+from sglx_core.util import sha256_file
 
 # Written into wheelhouses by older sglx, keyed on size and mtime: forgeable, so never read;
 # `fetch` deletes it.

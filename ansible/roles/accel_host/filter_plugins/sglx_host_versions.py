@@ -1,7 +1,7 @@
 """The driver and firmware versions a host reports, and whether they meet the profile's floor.
 
 One parser for both readers: the accel_host role's preflight uses it as Ansible filters, and
-the host checks (tests/host/test_preflight.py) load this file by path. So the role and the
+the host checks (hostchecks/test_preflight.py) load this file by path. So the role and the
 checks cannot disagree on what a host runs, nor word the same failure differently. The file is
 plain Python with no Ansible import: the role finds it as a role filter plugin (a bundle
 carries it in ansible/roles/accel_host/filter_plugins/ with the rest of the role), and the

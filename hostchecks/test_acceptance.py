@@ -1,0 +1,300 @@
+"""Acceptance host checks: after a rollout, each host runs the bundle, as the profile says,
+and serves; and every host of a group runs the same thing.
+
+What the server runs with is read from the running container and from its server process's
+/proc (environment, argv), never from the unit file alone.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+import testinfra
+from facts import HostFacts, host_facts
+from probes import (
+    below_floor,
+    bundle_manifest,
+    container_inspect,
+    differences,
+    fingerprint,
+    image_arch,
+    install_record,
+    last_refusal,
+    odd_keys,
+    odd_nodes,
+    problem,
+    read_json,
+    server_process,
+)
+
+pytestmark = pytest.mark.acceptance
+
+ROLLOUT = "run rollout.yml for this host"
+
+
+def running_container(host: Any, facts: HostFacts) -> dict[str, Any]:
+    """The server container's inspect record; the check is skipped (not failed again) when the
+    container is not running, which service_active reports once."""
+    inspect = container_inspect(host, facts)
+    if inspect is None or not inspect["State"]["Running"]:
+        pytest.skip(f"container {facts.container} is not running (see service_active)")
+    return inspect
+
+
+def test_bundle_image_present(host: Any, facts: HostFacts, bundle_dir: Path | None) -> None:
+    deployed = read_json(host, str(facts["sglang_service_state_file"]))
+    if bundle_dir is not None:
+        manifest, digest = bundle_manifest(bundle_dir)
+        image = str(manifest["image"]["id"])
+        running = (deployed or {}).get("bundle_digest", "(none recorded)")
+        if running != digest:
+            problem(f"runs bundle {running}, not {digest}", ROLLOUT)
+    elif deployed is None:
+        problem(f"{facts['sglang_service_state_file']} is missing: no rollout passed here", ROLLOUT)
+    else:
+        image = str(deployed.get("image_id", ""))
+    arch = image_arch(host, image)
+    if arch is None:
+        problem(f"the engine lacks image {image}", ROLLOUT)
+    if arch != facts.arch:
+        problem(
+            f"image {image[:19]} is a {arch} image, this host is {facts.arch}",
+            f"roll out a {facts.arch} bundle",
+        )
+    digest = digest if bundle_dir is not None else (deployed or {}).get("bundle_digest")
+    if isinstance(digest, str):
+        path, record = install_record(host, facts, digest)
+        if record is None or record["image_id"] != image:
+            problem(
+                f"no install record says bundle {digest} is installed with image {image[:19]} "
+                f"({path})",
+                f"{ROLLOUT} (or install the bundle with `sh install.sh` or `sglx bundle "
+                "install`, both with the state folder bundle_install_state_dir)",
+            )
+
+
+def test_service_active(host: Any, facts: HostFacts) -> None:
+    service = host.service(facts.service)
+    state = []
+    if not service.is_enabled:
+        state.append("not enabled")
+    if not service.is_running:
+        state.append("not active")
+    inspect = container_inspect(host, facts)
+    if inspect is None or not inspect["State"]["Running"]:
+        state.append(f"container {facts.container} not running")
+    if state:
+        problem(
+            f"{facts.service}: {', '.join(state)}",
+            f"systemctl enable --now {facts.service}, or {ROLLOUT}",
+        )
+
+
+def test_running_container_devices(host: Any, facts: HostFacts) -> None:
+    """The container has the profile's device nodes and groups (what `docker run` got)."""
+    inspect = running_container(host, facts)
+    have = {d["PathOnHost"] for d in inspect["HostConfig"].get("Devices") or []}
+    wrong = []
+    for device in facts["sglang_service_devices"]:
+        present = host.run(f"ls -d {device['path']} 2>/dev/null").stdout.split()
+        paths = [p for p in present if host.file(p).is_directory is False] or present
+        if device["required"] and not present:
+            wrong.append(f"{device['path']} is missing on the host")
+        for path in paths:
+            if not any(h == path or h.startswith(path.rstrip("/") + "/") for h in have):
+                wrong.append(f"{path} is not passed to the container")
+    added = set(inspect["HostConfig"].get("GroupAdd") or [])
+    for group in facts["sglang_service_groups"]:
+        gid = str(host.group(group).gid) if host.group(group).exists else None
+        if group not in added and gid not in added:
+            wrong.append(f"group {group} is not added to the container")
+    if wrong:
+        problem("; ".join(wrong), ROLLOUT)
+
+
+def test_running_server_environment(host: Any, facts: HostFacts) -> None:
+    """The server process's own environment has the profile's values (GPU_MAX_HW_QUEUES and
+    SGLANG_PLATFORM among them), no forbidden variable, and the queue count its flags need."""
+    running_container(host, facts)
+    server = server_process(host, facts)
+    if not server:
+        problem(f"no sglang server process runs in {facts.container}", ROLLOUT)
+    env: dict[str, str] = server["env"]
+    wanted = {**facts["sglang_service_env"], **facts["accel_host_service_env"]}
+    floors = facts.profile.env_floors.items()
+    switched_on = {key: f for key, f in floors if all(env.get(n) == v for n, v in f.when.items())}
+    # A switched-on feature's variable is checked against its minimum below, not the host's
+    # tuned value (the service raises GPU_MAX_HW_QUEUES to 5 for multi-stream MoE).
+    for floor in switched_on.values():
+        wanted.pop(floor.name, None)
+    wrong = [
+        f"{k}={env.get(k, '(unset)')}, not {v}"
+        for k, v in sorted(wanted.items())
+        if env.get(k) != str(v)
+    ]
+    wrong += [
+        f"{k} is set ({env[k]}), which the profile forbids"
+        for k in facts["sglang_service_env_forbidden"]
+        if k in env
+    ]
+    wrong += [below_floor(key, floor, env) for key, floor in switched_on.items()]
+    wrong = [w for w in wrong if w]
+    if wrong:
+        problem(f"server pid {server['pid']} in {facts.container}: {'; '.join(wrong)}", ROLLOUT)
+
+
+def test_running_container_shares_the_device_init_lock(host: Any, facts: HostFacts) -> None:
+    """The container mounts the profile's host folder of the device-init lock, and its server
+    process names it in SGLX_LOCK_DIR: no two servers of the host bring devices up at once."""
+    lock = facts["sglang_service_lock_dir"]
+    inspect = running_container(host, facts)
+    wrong = []
+    mounted = {
+        m.get("Destination"): m.get("Source")
+        for m in inspect.get("Mounts") or []
+        if m.get("Type") == "bind"
+    }
+    if mounted.get(lock["target"]) != lock["source"]:
+        where = mounted.get(lock["target"])
+        wrong.append(
+            f"{lock['source']} is not mounted at {lock['target']}"
+            + (f" ({where} is)" if where else "")
+        )
+    env = server_process(host, facts).get("env") or dict(
+        item.split("=", 1) for item in inspect["Config"].get("Env") or [] if "=" in item
+    )
+    wrong += [
+        f"{name}={env.get(name, '(unset)')}, not {value}"
+        for name, value in sorted(lock["env"].items())
+        if env.get(name) != value
+    ]
+    if wrong:
+        problem(f"{facts.container}: {'; '.join(wrong)}", ROLLOUT)
+
+
+# Run on the host (python3 is there for Ansible): /health; the second adds a one-token completion.
+_HEALTH_PROBE = """
+import json, sys, urllib.request as u
+url = sys.argv[1]
+print(u.urlopen(url + "/health", timeout=30).status)
+"""
+_COMPLETION_PROBE = (
+    _HEALTH_PROBE
+    + """
+body = {"model": "default", "prompt": "Hello", "max_tokens": 1, "temperature": 0}
+r = u.Request(url + "/v1/completions", data=json.dumps(body).encode(), method="POST",
+              headers={"Content-Type": "application/json"})
+print(json.dumps(json.load(u.urlopen(r, timeout=120))["choices"][0]))
+"""
+)
+
+
+def test_health_and_completion(host: Any, facts: HostFacts) -> None:
+    """/health, then a one-token completion; a serving group answers completions through its
+    rank 0, so its other nodes answer /health only."""
+    running_container(host, facts)
+    url = facts.server_url
+    probe = _COMPLETION_PROBE if facts.node_rank == 0 else _HEALTH_PROBE
+    done = host.run(f"python3 -c {shlex.quote(probe)} {shlex.quote(url)}")
+    if done.rc != 0:
+        last = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no answer"]
+        asked = "/health or a one-token completion" if facts.node_rank == 0 else "/health"
+        problem(
+            f"{url}: {asked} failed: {last[0][:200]}",
+            f"journalctl -u {facts.service}; {ROLLOUT}",
+        )
+    if facts.node_rank == 0:
+        json.loads(done.stdout.splitlines()[-1])
+
+
+def test_serving_group_forms(host: Any, facts: HostFacts) -> None:
+    """The nodes of a serving group agreed on their configuration when they last started: the
+    server's log (its unit's journal) has no refusal of the rank check after its last
+    agreement. A node that differs is named, with the keys and values the ranks compared: a
+    group whose nodes differ never serves, so no running fingerprint is left to compare."""
+    members = facts.serving_group
+    if len(members) < 2:
+        pytest.skip(f"{facts.name} serves alone")
+    log = host.run(f"journalctl -u {shlex.quote(facts.service)} -n 3000 -o cat --no-pager")
+    if log.rc != 0:
+        pytest.skip(f"no journal of {facts.service} to read")
+    refusal = last_refusal(log.stdout)
+    if refusal is None:
+        return
+    odd = odd_nodes(refusal, members)
+    mine = odd.get(facts.name)
+    if not mine:
+        named = ", ".join(sorted(odd)) or "a node"
+        pytest.skip(f"serving group {facts.vars['sglang_service_group']} refuses: {named} differs")
+    problem(
+        f"{facts.name} (node rank {facts.node_rank} of serving group "
+        f"{facts.vars['sglang_service_group']}) differs from its group in {differences(mine)}, and "
+        "the group refuses to start",
+        f"make it match (its inventory or a hand edit differs), then {ROLLOUT}",
+    )
+
+
+def _runner(config: pytest.Config) -> Any:
+    from testinfra.utils.ansible_runner import AnsibleRunner
+
+    return AnsibleRunner.get_runner(config.getoption("ansible_inventory"))
+
+
+def _checked_hosts(config: pytest.Config) -> list[str]:
+    """The hosts of this run (as testinfra expands --hosts), in inventory order."""
+    from testinfra.utils.ansible_runner import itergroup
+
+    runner = _runner(config)
+    patterns = (config.getoption("hosts") or "ansible://all").split(",")
+    names: set[str] = set()
+    for pattern in patterns:
+        names.update(runner.get_hosts(pattern.removeprefix("ansible://")))
+    return [name for name in dict.fromkeys(itergroup(runner.inventory, "all")) if name in names]
+
+
+@cache
+def _group_fingerprints(
+    names: tuple[str, ...], inventory: str | None, arch: str | None
+) -> dict[str, dict[str, str]]:
+    """Fingerprints of the hosts whose server runs (one that does not fails service_active)."""
+    prints = {}
+    for name in names:
+        other = testinfra.get_host(f"ansible://{name}", ansible_inventory=inventory, sudo=True)
+        other_facts = host_facts(name, other.ansible.get_variables(), arch)
+        inspect = container_inspect(other, other_facts)
+        if inspect is not None and inspect["State"]["Running"]:
+            prints[name] = fingerprint(other, other_facts)
+    return prints
+
+
+def test_group_runs_the_same(host: Any, facts: HostFacts, request: pytest.FixtureRequest) -> None:
+    """Every checked host of the same arch runs the same bundle, image, server flags and
+    environment (per-node ones left out); a host that differs is named with those keys. Each
+    key's reference is the value most hosts have; on a tie, the group's first host in inventory
+    order (the one a serving group makes rank 0)."""
+    running_container(host, facts)
+    config = request.config
+    arch = config.getoption("--sglx-arch")
+    group = [
+        name
+        for name in _checked_hosts(config)
+        if (arch or _runner(config).get_variables(name).get("sglx_arch")) == facts.arch
+    ]
+    if len(group) < 2:
+        pytest.skip(f"{facts.name} is the only checked host of its group")
+    prints = _group_fingerprints(tuple(group), config.getoption("ansible_inventory"), arch)
+    group = [name for name in group if name in prints]
+    if facts.name not in prints or len(group) < 2:
+        pytest.skip(f"no other server of {facts.name}'s group runs to compare with")
+    odd = odd_keys(prints[facts.name], prints, group)
+    if odd:
+        others = ", ".join(n for n in group if n != facts.name)
+        problem(
+            f"{facts.name} differs from the rest of its group ({others}) in {differences(odd)}",
+            f"make it match (its inventory or a hand edit differs), then {ROLLOUT}",
+        )

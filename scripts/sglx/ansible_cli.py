@@ -1,0 +1,43 @@
+"""`sglx ansible`: render the arch profile into the Ansible roles' variables (the parser and
+its handler).
+
+Registered by `sglx.cli`, which owns the shared options and the error envelope.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from sglx.cli_shared import EPILOG, Subparsers
+from sglx_core.report import Result
+
+
+def register(
+    sub: Subparsers, common: argparse.ArgumentParser, arch_parent: argparse.ArgumentParser
+) -> None:
+    """Add the group's parser and verbs to `sub` (`arch_parent` carries --arch)."""
+    ansible = sub.add_parser(
+        "ansible",
+        help="render the arch profile into the Ansible roles' variables",
+        description="The roles under ansible/ restate no arch fact: they read the variables "
+        "rendered here from the profile. Reference: docs/reference/ansible.md.",
+        epilog=EPILOG,
+    )
+    verbs = ansible.add_subparsers(dest="verb", required=True, metavar="VERB")
+    p = verbs.add_parser(
+        "vars",
+        parents=[common, arch_parent],
+        help="print (or write) the role variables of an arch",
+        description="Print the variables as a YAML group_vars file, or write it with --out "
+        "(atomically). --check compares --out with the profile and exits 1 when it is stale.",
+    )
+    p.add_argument("--out", type=Path, metavar="FILE", help="write the variables to FILE")
+    p.add_argument("--check", action="store_true", help="exit 1 if FILE is stale")
+    p.set_defaults(func=_cmd_ansible_vars)
+
+
+def _cmd_ansible_vars(args: argparse.Namespace) -> Result:
+    from sglx.ansible_vars import ansible_vars
+
+    return ansible_vars(args.arch, args.out, args.check)

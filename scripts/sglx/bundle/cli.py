@@ -1,0 +1,189 @@
+"""`sglx bundle`: create, verify and install bundles (the parser and its handlers; the verify
+step itself is `verify_command`).
+
+Registered by `sglx.cli`, which owns the shared options and the error envelope.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from sglx.cli_shared import EPILOG, MAX_WORKERS, Subparsers, workers
+from sglx.scan.cli import read_bundles_with
+from sglx_core.report import Result
+
+if TYPE_CHECKING:
+    from sglx.scan.archive import ChunkedArchive
+
+
+def register(
+    sub: Subparsers, common: argparse.ArgumentParser, arch_parent: argparse.ArgumentParser
+) -> None:
+    """Add the group's parser and verbs to `sub` (`arch_parent` carries --arch)."""
+    bundle = sub.add_parser(
+        "bundle",
+        help="create, verify and install air-gapped bundles",
+        description="A bundle is one folder (or one tar of it) carrying everything one arch "
+        "serves with: the image in sha256-checked chunks, bundle.json, SHA256SUMS, install.sh, "
+        "the scan report and versions, optionally wheels, weights and a signature. "
+        "Reference: docs/reference/bundle.md.",
+        epilog=EPILOG,
+    )
+    verbs = bundle.add_subparsers(dest="verb", required=True, metavar="VERB")
+
+    p = verbs.add_parser(
+        "create",
+        parents=[common, arch_parent],
+        help="write a bundle folder for an arch (staged, renamed when complete)",
+        description="Stream `docker save` of the image into chunks hashed as they are written, "
+        "scan the image, write the manifest, SHA256SUMS and install.sh, sign bundle.json "
+        "with --sign. Exit 1 when the image scan has findings (the bundle is still written).",
+    )
+    p.add_argument("--image", metavar="REF", help="image (default: sglx/<arch>:latest)")
+    p.add_argument(
+        "--out", type=Path, metavar="DIR", help="new bundle folder (default: sglx-bundle-ARCH-ID)"
+    )
+    p.add_argument(
+        "--chunk-size", default="1GiB", metavar="SIZE", help="image chunk size (default 1GiB)"
+    )
+    p.add_argument("--sign", type=Path, metavar="KEY", help="sign bundle.json with this ssh key")
+    p.add_argument("--tar", action="store_true", help="also write DIR.tar (uncompressed)")
+    p.add_argument(
+        "--wheelhouse",
+        type=Path,
+        metavar="DIR",
+        help="carry the arch lock's wheels from DIR, for venv installs (default: not carried)",
+    )
+    p.add_argument(
+        "--weights-outside",
+        type=Path,
+        metavar="DIR",
+        help="carry converted weights (sglx weights convert output) beside the image",
+    )
+    p.add_argument(
+        "--control-wheels",
+        type=Path,
+        metavar="DIR",
+        help="carry the Ansible control node's wheels (bundles/locks/ansible.txt) from DIR in "
+        "ansible/wheels (default: the lock only)",
+    )
+    p.add_argument("--no-scan", action="store_true", help="do not scan the image")
+    p.set_defaults(func=_cmd_bundle_create)
+
+    signing = argparse.ArgumentParser(add_help=False)
+    signing.add_argument(
+        "--allowed-signers", type=Path, metavar="FILE", help="check the signature against FILE"
+    )
+    signing.add_argument("--identity", metavar="ID", help="the signer identity to require")
+    signing.add_argument(
+        "--require-signature", action="store_true", help="refuse an unsigned bundle"
+    )
+    signing.add_argument(
+        "--jobs",
+        type=workers,
+        metavar="N",
+        help=f"hashing threads (default: the CPUs, at most {MAX_WORKERS})",
+    )
+
+    p = verbs.add_parser(
+        "verify",
+        parents=[common, signing],
+        help="check every file, the signature and the image's dependencies, offline",
+        description="Every size and sha256, no missing or extra file, SHA256SUMS against "
+        "bundle.json, the signature when asked, then the dependency scan of the image archive "
+        "with the arch's rules. Exit 1 on findings, each naming the file or chunk to re-copy.",
+    )
+    p.add_argument("bundle", type=Path, metavar="DIR", help="bundle folder, or its .tar")
+    p.add_argument("--no-scan", action="store_true", help="skip the dependency scan")
+    p.set_defaults(func=_cmd_bundle_verify)
+
+    p = verbs.add_parser(
+        "install",
+        parents=[common, signing],
+        help="verify, load the image, install wheels, place weights (resumable)",
+        description="Verifies first; skips the load when the engine has the image id; checks "
+        "free space before writing. The record of verified work lives in --state, so a re-run "
+        "redoes nothing done; --full redoes everything.",
+    )
+    p.add_argument("bundle", type=Path, metavar="DIR", help="bundle folder, or its .tar")
+    p.add_argument("--venv", type=Path, metavar="PATH", help="install the wheelhouse here")
+    p.add_argument("--weights-dir", type=Path, metavar="PATH", help="place external weights here")
+    p.add_argument(
+        "--state",
+        type=Path,
+        metavar="DIR",
+        help="install record folder, shared with install.sh and the bundle_install role "
+        "(default: $SGLX_STATE_DIR or /var/lib/sglx/bundles)",
+    )
+    p.add_argument("--full", action="store_true", help="redo every step, ignore the record")
+    p.set_defaults(func=_cmd_bundle_install)
+    # `sglx scan --bundle DIR`: the scan reads a generic chunked archive; which chunks and
+    # wheels a bundle folder holds is this group's to say.
+    read_bundles_with(sub, _bundle_archive)
+
+
+def _bundle_archive(bundle: Path) -> ChunkedArchive:
+    from sglx.bundle.scan_target import bundle_archive
+
+    return bundle_archive(bundle)
+
+
+def _bundle_jobs(args: argparse.Namespace) -> int:
+    from sglx.bundle.hashing import default_jobs
+
+    return int(args.jobs or min(default_jobs(), MAX_WORKERS))
+
+
+def _cmd_bundle_create(args: argparse.Namespace) -> Result:
+    from sglx.bundle.create import CreateOptions, create_bundle
+    from sglx.bundle.layout import parse_chunk_size
+    from sglx.progress import Progress
+    from sglx_core.profile import load_profile
+
+    options = CreateOptions(
+        image=args.image,
+        out=args.out,
+        chunk_size=parse_chunk_size(args.chunk_size),
+        sign_key=args.sign,
+        as_tar=args.tar,
+        wheelhouse=args.wheelhouse,
+        weights_outside=args.weights_outside,
+        scan=not args.no_scan,
+        control_wheels=args.control_wheels,
+    )
+    return create_bundle(
+        load_profile(args.arch), options, Progress("bundle create", quiet=args.quiet)
+    )
+
+
+def _cmd_bundle_verify(args: argparse.Namespace) -> Result:
+    from sglx.bundle.verify import SignaturePolicy
+    from sglx.bundle.verify_command import verify_bundle
+    from sglx.progress import Progress
+
+    return verify_bundle(
+        args.bundle,
+        signature=SignaturePolicy(args.allowed_signers, args.identity, args.require_signature),
+        scan=not args.no_scan,
+        jobs=_bundle_jobs(args),
+        progress=Progress("bundle verify", quiet=args.quiet),
+    )
+
+
+def _cmd_bundle_install(args: argparse.Namespace) -> Result:
+    from sglx.bundle.install import InstallOptions, install_bundle
+    from sglx.bundle.record import default_state
+    from sglx.bundle.verify import SignaturePolicy
+    from sglx.progress import Progress
+
+    options = InstallOptions(
+        state=args.state or default_state(),
+        venv=args.venv,
+        weights_dir=args.weights_dir,
+        full=args.full,
+        signature=SignaturePolicy(args.allowed_signers, args.identity, args.require_signature),
+        jobs=_bundle_jobs(args),
+    )
+    return install_bundle(args.bundle, options, Progress("bundle install", quiet=args.quiet))

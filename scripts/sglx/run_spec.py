@@ -1,0 +1,232 @@
+"""How a host runs the serving container: computed once, from the resolved profile, for every
+way sglx starts the server.
+
+Three consumers read the one `RunSpec`: the sglang_service role's systemd unit (through
+`sglx ansible vars`, which emits the spec as ready lists the unit template only loops over),
+install.sh (rendered from it at `sglx bundle create`) and `sglx bundle install` (which reads
+the bundle's meta/run.json, written from it at create time). What only the host knows stays a
+`Site` input: the image, the container name, the model folder, the published port, the site's
+extra environment, and the numeric GIDs of the profile's groups when the profile asks for them
+(devices.numeric_gids: the image cannot know the host's render GID), looked up on the host by
+each consumer (Ansible's getent, `getent group` in install.sh, Python's grp).
+"""
+
+from __future__ import annotations
+
+import grp
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from sglx_core.device_lock import lock_dir_words
+from sglx_core.env_floors import raised
+from sglx_core.errors import SglxError
+from sglx_core.profile import Profile
+
+MODEL_TARGET = "/models/model"
+# Docker's restart policy for a container started by hand (install.sh, bundle install); the
+# systemd unit restarts the container itself, with the same policy (Restart=).
+RESTART = "on-failure"
+RUN_SPEC_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Device:
+    path: str
+    required: bool
+
+
+@dataclass(frozen=True)
+class Mount:
+    source: str
+    target: str
+    read_only: bool
+    required: bool
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """Everything about `docker run` that follows from the profile."""
+
+    arch: str
+    network: str  # "host" or "bridge"
+    port: int  # the server's port inside the container
+    options: tuple[str, ...]  # --ipc, --shm-size, --cap-add, --security-opt, --ulimit words
+    devices: tuple[Device, ...]
+    groups: tuple[str, ...]
+    numeric_gids: bool
+    mounts: tuple[Mount, ...]  # the profile's mounts (a missing optional one is left out)
+    lock: tuple[str, ...]  # the device-init lock folder's -v and -e words (sglx_core.device_lock)
+    env: dict[str, str]  # the profile's environment with its floors raised
+    raised: dict[str, str]  # which variables the floors raised, to what
+    restart: str = RESTART
+    model_target: str = MODEL_TARGET
+    server_args: tuple[str, ...] = ()
+    version: int = field(default=RUN_SPEC_VERSION)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Any, where: str) -> RunSpec:
+        """A spec read back (meta/run.json of a bundle): refused, naming `where`, when its shape
+        is not the one this sglx writes."""
+        try:
+            if data.get("version") != RUN_SPEC_VERSION:
+                raise ValueError(f"version {data.get('version')!r}, not {RUN_SPEC_VERSION}")
+            spec = cls(
+                **{
+                    **data,
+                    "options": _strs(data["options"]),
+                    "devices": tuple(Device(**d) for d in data["devices"]),
+                    "groups": _strs(data["groups"]),
+                    "mounts": tuple(Mount(**m) for m in data["mounts"]),
+                    "lock": _strs(data["lock"]),
+                    "server_args": _strs(data["server_args"]),
+                }
+            )
+            words = [*spec.options, *spec.lock, *spec.server_args, *spec.groups]
+            words += [spec.arch, spec.network, spec.restart, spec.model_target]
+            words += [w for d in spec.devices for w in (d.path,)]
+            words += [w for m in spec.mounts for w in (m.source, m.target)]
+            words += [w for kv in spec.env.items() for w in kv]
+            if not all(isinstance(w, str) for w in words) or not isinstance(spec.port, int):
+                raise ValueError("a value is not a string")
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
+            raise SglxError(
+                f"{where} is not a run spec this sglx reads ({exc})",
+                hint="re-create the bundle with this sglx version (`sglx bundle create`)",
+                code="bundle_corrupt",
+                path=where,
+            ) from None
+        return spec
+
+
+def _strs(values: Any) -> tuple[str, ...]:
+    if not isinstance(values, list | tuple):
+        raise TypeError("expected a list")
+    return tuple(values)
+
+
+def run_spec(profile: Profile) -> RunSpec:
+    c = profile.container
+    options = ["--ipc", c.ipc, "--shm-size", c.shm_size]
+    for cap in c.cap_add:
+        options += ["--cap-add", cap]
+    for opt in c.security_opt:
+        options += ["--security-opt", opt]
+    for name, limit in sorted(c.ulimits.items()):
+        # soft and hard alike; -1 (unlimited) takes no second value
+        options += ["--ulimit", f"{name}={limit}:{limit}" if limit >= 0 else f"{name}=-1"]
+    env = dict(profile.env)
+    up = raised(profile.env_floors, env)
+    return RunSpec(
+        arch=profile.arch,
+        network=c.network,
+        port=c.port,
+        options=tuple(options),
+        devices=tuple(Device(n.path, n.required) for n in profile.devices.nodes),
+        groups=tuple(profile.devices.groups),
+        numeric_gids=profile.devices.numeric_gids,
+        mounts=tuple(Mount(m.source, m.target, m.read_only, m.required) for m in c.mounts),
+        lock=tuple(lock_dir_words(profile)),
+        env={**env, **up},
+        raised=up,
+    )
+
+
+@dataclass(frozen=True)
+class Site:
+    """What the host adds: `gids` maps each profile group to its numeric GID on the host
+    (needed only when the spec's numeric_gids is true: `host_gids`)."""
+
+    image: str
+    name: str
+    model_dir: str | None = None
+    host_port: int | None = None  # default: the spec's port
+    publish_address: str = ""
+    extra_env: Mapping[str, str] = field(default_factory=dict)
+    gids: Mapping[str, int] = field(default_factory=dict)
+    detached: bool = True  # install.sh, bundle install: -d and docker's restart policy
+    present: Callable[[str], bool] | None = None  # which optional mount sources exist
+
+
+def host_gids(spec: RunSpec, lookup: Callable[[str], Any] | None = None) -> dict[str, int]:
+    """The host's GID of each of the spec's groups, when the profile passes them by number."""
+    if not spec.numeric_gids:
+        return {}
+    lookup = lookup or grp.getgrnam
+    gids = {}
+    for group in spec.groups:
+        try:
+            gids[group] = int(lookup(group).gr_gid)
+        except KeyError:
+            raise SglxError(
+                f"the {spec.arch} profile passes group {group} by its numeric GID, and this host "
+                "has no such group",
+                hint="configure the host first (the accel_host role creates the device groups; "
+                f"or `groupadd {group}` and the udev rules of the profile)",
+                code="environment",
+            ) from None
+    return gids
+
+
+def group_words(spec: RunSpec, gids: Mapping[str, int]) -> list[str]:
+    words: list[str] = []
+    for group in spec.groups:
+        words += ["--group-add", str(gids[group]) if spec.numeric_gids else group]
+    return words
+
+
+def head_words(spec: RunSpec, site: Site) -> list[str]:
+    """`docker run` up to the groups: mode, name, network or port, options, devices."""
+    words = ["docker", "run"]
+    if site.detached:
+        words += ["-d", "--restart", spec.restart]
+    words += ["--name", site.name]
+    if spec.network == "host":
+        words += ["--network", "host"]
+    else:
+        host_port = spec.port if site.host_port is None else site.host_port
+        address = f"{site.publish_address}:" if site.publish_address else ""
+        words += ["-p", f"{address}{host_port}:{spec.port}"]
+    words += spec.options
+    for device in spec.devices:
+        words += ["--device", device.path]
+    return words
+
+
+def tail_words(spec: RunSpec, site: Site) -> list[str]:
+    """`docker run` after the groups: mounts, lock, model, environment, image."""
+    words: list[str] = []
+    for mount in spec.mounts:
+        if not mount.required and site.present is not None and not site.present(mount.source):
+            continue
+        words += ["-v", f"{mount.source}:{mount.target}" + (":ro" if mount.read_only else "")]
+    words += spec.lock
+    if site.model_dir:
+        words += ["-v", f"{site.model_dir}:{spec.model_target}:ro"]
+    for key, value in sorted({**spec.env, **site.extra_env}.items()):
+        words += ["-e", f"{key}={value}"]
+    words.append(site.image)
+    words += spec.server_args
+    return words
+
+
+def docker_run_words(spec: RunSpec, site: Site) -> list[str]:
+    """The whole `docker run` command line for this spec on this site."""
+    return [*head_words(spec, site), *group_words(spec, site.gids), *tail_words(spec, site)]
+
+
+def ansible_vars(spec: RunSpec) -> dict[str, Any]:
+    """The spec as the sglang_service role's variables: ready lists its unit loops over."""
+    return {
+        "sglang_service_port": spec.port,
+        "sglang_service_network": spec.network,
+        "sglang_service_run_options": list(spec.options),
+        "sglang_service_mounts": [asdict(m) for m in spec.mounts],
+        "sglang_service_devices": [asdict(d) for d in spec.devices],
+        "sglang_service_groups": list(spec.groups),
+        "sglang_service_numeric_gids": spec.numeric_gids,
+        "sglang_service_env": dict(spec.env),
+    }

@@ -1,0 +1,137 @@
+"""Results of sglx commands and the one place that prints them.
+
+Step modules never print: they return a `Result`. `render` writes it as human text (tables and
+lines) or, with ``--json``, as one JSON envelope on stdout:
+
+    {"sglx_result_version": "1", "command": [...], "status": "ok" | "findings" | "error",
+     "exit_code": 0 | 1 | 2, "data": {...}, "findings": [...], "errors": [...]}
+
+Exit codes (docs/reference/exit-codes.md): 0 ok, 1 findings, 2 usage or environment error.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, TextIO
+
+from sglx_core.errors import SglxError
+
+RESULT_VERSION = "1"
+EXIT_OK = 0
+EXIT_FINDINGS = 1
+EXIT_ERROR = 2
+
+Status = Literal["ok", "findings", "error"]
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One problem found in what a command inspected (exit 1), or one error (exit 2)."""
+
+    code: str
+    message: str
+    path: str | None = None
+    hint: str | None = None
+
+    def to_json(self) -> dict[str, str]:
+        out = {"code": self.code, "message": self.message}
+        if self.path is not None:
+            out["path"] = self.path
+        if self.hint is not None:
+            out["hint"] = self.hint
+        return out
+
+
+@dataclass(frozen=True)
+class Table:
+    """A titled table for human output; JSON consumers read `Result.data` instead."""
+
+    columns: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+    title: str | None = None
+
+    def render(self) -> str:
+        widths = [len(c) for c in self.columns]
+        for row in self.rows:
+            for i, cell in enumerate(row):
+                widths[i] = max(widths[i], len(cell))
+        lines = [] if self.title is None else [self.title]
+        lines.append("  ".join(c.ljust(w) for c, w in zip(self.columns, widths, strict=True)))
+        lines.append("  ".join("-" * w for w in widths))
+        lines.extend(
+            "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+            for row in self.rows
+        )
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Result:
+    """What a command did: data for JSON, tables and lines for people, findings and errors."""
+
+    command: tuple[str, ...]
+    data: Mapping[str, Any] = field(default_factory=dict)
+    tables: tuple[Table, ...] = ()
+    lines: tuple[str, ...] = ()
+    findings: tuple[Finding, ...] = ()
+    errors: tuple[Finding, ...] = ()
+
+    @property
+    def exit_code(self) -> int:
+        if self.errors:
+            return EXIT_ERROR
+        return EXIT_FINDINGS if self.findings else EXIT_OK
+
+    @property
+    def status(self) -> Status:
+        return ("ok", "findings", "error")[self.exit_code]
+
+    def envelope(self) -> dict[str, Any]:
+        return {
+            "sglx_result_version": RESULT_VERSION,
+            "command": list(self.command),
+            "status": self.status,
+            "exit_code": self.exit_code,
+            "data": dict(self.data),
+            "findings": [f.to_json() for f in self.findings],
+            "errors": [e.to_json() for e in self.errors],
+        }
+
+
+def error_result(command: Sequence[str], error: SglxError) -> Result:
+    """The result of a command that stopped on a usage or environment error."""
+    return Result(
+        command=tuple(command),
+        errors=(Finding(code=error.code, message=error.message, path=error.path, hint=error.hint),),
+    )
+
+
+def render(
+    result: Result, *, as_json: bool, out: TextIO | None = None, err: TextIO | None = None
+) -> int:
+    """Print `result` and return its exit code."""
+    out = sys.stdout if out is None else out
+    err = sys.stderr if err is None else err
+    if as_json:
+        json.dump(result.envelope(), out, indent=2, sort_keys=True)
+        out.write("\n")
+        return result.exit_code
+    blocks = [t.render() for t in result.tables]
+    if result.lines:
+        blocks.append("\n".join(result.lines))
+    if blocks:
+        out.write("\n\n".join(blocks) + "\n")
+    for finding in result.findings:
+        where = f"{finding.path}: " if finding.path else ""
+        out.write(f"finding [{finding.code}] {where}{finding.message}\n")
+        if finding.hint:
+            out.write(f"  hint: {finding.hint}\n")
+    for error in result.errors:
+        where = f"{error.path}: " if error.path and error.path not in error.message else ""
+        err.write(f"sglx: error: {where}{error.message}\n")
+        if error.hint:
+            err.write(f"  hint: {error.hint}\n")
+    return result.exit_code

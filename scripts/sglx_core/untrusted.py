@@ -1,0 +1,164 @@
+"""Reading files that came from outside (bundles, checkpoints, inventories): the one place that
+decides how far sglx trusts a file before it parses it.
+
+Three rules, each answering a failure seen on real hostile input:
+- only a regular file is opened, and without blocking: a FIFO or `/dev/zero` put where a
+  manifest or a weights file is expected would otherwise hang the reader or feed it forever;
+- every read is bounded: a 1 GiB sparse `bundle.json.sig` must not cost 1 GiB of memory;
+- JSON is refused when nested deeper than any real document, or when an object repeats a key
+  (`json.loads` keeps the last one silently, so two readers of one manifest could disagree).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import stat
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from sglx_core.errors import SglxError
+
+MAX_JSON_DEPTH = 64
+"""Deepest nesting of objects and arrays accepted (manifests and configs use about 4)."""
+
+
+def open_regular(path: Path, *, what: str, hint: str | None = None) -> BinaryIO:
+    """`path` opened for reading in binary mode, refused unless it is a regular file.
+
+    The open itself does not block (O_NONBLOCK, so a FIFO with no writer cannot hang it); the
+    type is read from the opened descriptor, so a swap between the check and the read is
+    caught too."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        code = "not_found" if exc.errno == errno.ENOENT else "environment"
+        raise SglxError(
+            f"{path}: cannot read the {what}: {exc.strerror}",
+            hint=hint or f"check that {path.name} is a readable file",
+            code=code,
+            path=str(path),
+        ) from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise SglxError(
+            f"{path}: the {what} is {file_kind(mode)}, not a regular file",
+            hint=hint or f"replace {path.name} with the file itself",
+            code="not_regular",
+            path=str(path),
+        )
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
+def file_kind(mode: int) -> str:
+    """What a non-regular file is, in words ("a FIFO"), from its `st_mode`."""
+    for test, name in (
+        (stat.S_ISLNK, "a symlink"),
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return name
+    return "not a file"
+
+
+def read_bounded(path: Path, *, what: str, max_bytes: int, hint: str | None = None) -> bytes:
+    """The bytes of the regular file `path`, refused when it holds more than `max_bytes`."""
+    with open_regular(path, what=what, hint=hint) as handle:
+        raw = handle.read(max_bytes + 1)
+    if len(raw) > max_bytes:
+        raise SglxError(
+            f"{path}: the {what} is larger than {_size(max_bytes)}; no real one is",
+            hint=hint or f"the file is damaged or not a {what}; copy {path.name} again",
+            code="too_large",
+            path=str(path),
+        )
+    return raw
+
+
+def _size(n: int) -> str:
+    return f"{n >> 20} MiB" if n >= 1 << 20 else f"{n >> 10} KiB" if n >= 1 << 10 else f"{n} B"
+
+
+def parse_json(raw: bytes | str, *, path: Path, what: str, hint: str | None = None) -> Any:
+    """Parse `raw` (the contents of `path`), refusing invalid JSON, repeated keys in one object
+    and nesting deeper than MAX_JSON_DEPTH."""
+    fix = hint or f"copy {path.name} again from its source"
+    try:
+        document = json.loads(raw, object_pairs_hook=_unique_keys)
+    except _RepeatedKey as exc:
+        raise SglxError(
+            f"{path}: the {what} repeats the key {exc.key!r} in one object; readers would "
+            "disagree on its value",
+            hint=fix,
+            code="corrupt",
+            path=str(path),
+        ) from None
+    except RecursionError:
+        raise _too_deep(path, what, fix) from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise SglxError(
+            f"{path}: the {what} is not valid JSON ({exc})",
+            hint=fix,
+            code="corrupt",
+            path=str(path),
+        ) from None
+    if _nesting(document) > MAX_JSON_DEPTH:
+        raise _too_deep(path, what, fix)
+    return document
+
+
+def read_json(path: Path, *, what: str, max_bytes: int, hint: str | None = None) -> Any:
+    """`read_bounded` then `parse_json`."""
+    raw = read_bounded(path, what=what, max_bytes=max_bytes, hint=hint)
+    return parse_json(raw, path=path, what=what, hint=hint)
+
+
+class _RepeatedKey(ValueError):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    document: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in document:
+            raise _RepeatedKey(key)
+        document[key] = value
+    return document
+
+
+def _nesting(document: Any) -> int:
+    """Nesting depth of a parsed document, walked with an explicit stack (no recursion), and
+    stopped as soon as it passes MAX_JSON_DEPTH."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(document, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict):
+            children: Any = node.values()
+        elif isinstance(node, list):
+            children = node
+        else:
+            continue
+        deepest = max(deepest, depth)
+        if depth > MAX_JSON_DEPTH:
+            break
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+def _too_deep(path: Path, what: str, fix: str) -> SglxError:
+    return SglxError(
+        f"{path}: the {what} is nested more than {MAX_JSON_DEPTH} levels deep; no real one is",
+        hint=fix,
+        code="corrupt",
+        path=str(path),
+    )

@@ -1,0 +1,274 @@
+"""Issue 23: one run spec, three ways to run the server, one `docker run`.
+
+For every arch, the run spec (sglx.run_spec) is rendered three ways and read back as the
+command each would execute: the sglang_service role's systemd unit (its templates rendered with
+the role's own filters and the spec's `sglx ansible vars`; the ExecStart words read back the way
+systemd unquotes them, the environment file the way `docker run --env-file` reads it),
+install.sh (the generated script run on a hand-made bundle, its printed line run by `sh` with
+a fake `docker` first on PATH that records its argv) and `sglx bundle install` (its start line
+from the bundle's meta/run.json). Devices, groups (by numeric GID where the profile says so:
+gfx1151), environment after the floors, mounts, options, port and image arguments must agree.
+The host's GIDs come from one table: Ansible's getent facts, a fake `getent` for install.sh
+and Python's grp for bundle install all answer from it.
+"""
+
+from __future__ import annotations
+
+import grp
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import jinja2
+import pytest
+import yaml
+from ansible.plugins.filter.core import FilterModule as CoreFilters
+from helpers.bundles import hand_bundle
+
+from sglx.ansible_vars import render_vars
+from sglx.bundle import install, install_sh
+from sglx.bundle.manifest import parse
+from sglx.run_spec import RunSpec, Site, docker_run_words, run_spec
+from sglx_core.profile import known_arches, load_profile
+
+ROOT = Path(__file__).resolve().parents[2]
+ROLE = ROOT / "ansible" / "roles" / "sglang_service"
+IMAGE_REF = "fixture-scan:test"  # what hand_bundle's manifest names
+IMAGE_ID = "sha256:" + "0" * 64
+WEIGHTS = "weights/demo"
+MODEL_DIR = "/var/lib/sglx/weights/demo"  # where install.sh tells to copy them
+# Fake host GIDs, far from any real group's.
+GIDS = {"video": 4401, "render": 4402}
+
+
+def _role_filters() -> dict[str, Any]:
+    import importlib.util
+
+    path = ROLE / "filter_plugins" / "sglx_systemd.py"
+    spec = importlib.util.spec_from_file_location("sglx_systemd", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    filters: dict[str, Any] = module.FilterModule().filters()
+    return filters
+
+
+def render(template: str, variables: dict[str, Any]) -> str:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(ROLE / "templates"),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,  # Ansible's template module defaults
+        keep_trailing_newline=True,
+    )
+    env.filters.update(CoreFilters().filters())
+    env.filters.update(_role_filters())
+    return env.get_template(template).render(**variables)
+
+
+_WORD = re.compile(r'"((?:[^"\\]|\\.)*)"|(\S+)')
+
+
+def unit_words(unit: str) -> list[str]:
+    """ExecStart's argv: continuation lines joined, each word unquoted as systemd does for
+    sglx_systemd_word's two spellings (plain, or "..." with \\ escapes, %% and $$)."""
+    start = unit.index("\nExecStart=") + len("\nExecStart=")
+    lines = []
+    for line in unit[start:].split("\n"):
+        lines.append(line.removesuffix("\\"))
+        if not line.endswith("\\"):
+            break
+    words = []
+    for quoted, bare in _WORD.findall(" ".join(lines)):
+        word = re.sub(r"\\(.)", r"\1", quoted) if quoted else bare
+        words.append(word.replace("%%", "%").replace("$$", "$"))
+    return words
+
+
+def env_file(text: str) -> dict[str, str]:
+    """`docker run --env-file`: NAME=value lines, `#` lines skipped, values verbatim."""
+    lines = [line for line in text.split("\n") if line.strip() and not line.startswith("#")]
+    return dict(line.split("=", 1) for line in lines)
+
+
+# Options whose value may repeat; everything sglx writes before the image takes one value.
+def normalized(
+    words: list[str], env_files: dict[str, dict[str, str]] | None = None
+) -> dict[str, Any]:
+    """A `docker run` as what it asks for: each option's values in order, -e and --env-file
+    merged into one environment, the image and the server arguments; the way the container is
+    kept (-d, --restart, --name) is left to the caller."""
+    assert words[1] == "run", words
+    options: dict[str, list[str]] = {}
+    env: dict[str, str] = {}
+    rest = words[2:]
+    while rest and rest[0].startswith("-"):
+        flag = rest.pop(0)
+        if flag == "-d":
+            continue
+        value = rest.pop(0)
+        if flag == "-e":
+            key, _, val = value.partition("=")
+            env[key] = val
+        elif flag == "--env-file":
+            env.update((env_files or {})[value])
+        else:
+            options.setdefault(flag, []).append(value)
+    for flag in ("--restart", "--name"):
+        options.pop(flag, None)
+    return {"options": options, "env": env, "image": rest[0], "args": rest[1:]}
+
+
+def expected(spec: RunSpec) -> dict[str, Any]:
+    site = Site(image=IMAGE_REF, name="x", model_dir=MODEL_DIR, gids=GIDS)
+    return normalized(docker_run_words(spec, site))
+
+
+# --------------------------------------------------------------------------------------------
+
+
+def via_unit(arch: str) -> dict[str, Any]:
+    profile = load_profile(arch)
+    variables: dict[str, Any] = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+    variables.update(render_vars(profile))
+    spec = run_spec(profile)
+    variables.update(
+        ansible_managed="managed",
+        sglang_service_image=IMAGE_ID,
+        sglang_service_host_port=spec.port,
+        sglang_service_model_dir=MODEL_DIR,
+        sglang_service_env_files=[],
+        __sglang_service_network_mode=spec.network,
+        __sglang_service_server_args=[],
+        __sglang_service_device_paths=[d.path for d in spec.devices],
+        # every mount source present on this host (the role stats them)
+        __sglang_service_mount_sources={
+            "results": [
+                {"item": m, "stat": {"exists": True}} for m in variables["sglang_service_mounts"]
+            ]
+        },
+        # ansible.builtin.getent's facts: name -> [password, gid, members]
+        getent_group={name: ["x", str(gid), ""] for name, gid in GIDS.items()},
+    )
+    unit = render("server.service.j2", variables)
+    files = {"/etc/sglx/sglx-server.env": env_file(render("server.env.j2", variables))}
+    words = unit_words(unit)
+    assert words[0] == variables["sglang_service_docker"]
+    got = normalized(["docker", *words[1:]], files)
+    got["image"] = IMAGE_REF if got["image"] == IMAGE_ID else got["image"]
+    assert f"\nRestart={spec.restart}\n" in unit
+    return got
+
+
+def fake_bin(folder: Path, record: Path) -> Path:
+    """`docker` that has every image and records a run's argv; `getent` that answers GIDS."""
+    folder.mkdir()
+    (folder / "docker").write_text(
+        f'#!/bin/sh\n[ "$1" = image ] && exit 0\nprintf \'%s\\0\' "$@" > {record}\n'
+    )
+    table = "".join(f'  {name}) echo "{name}:x:{gid}:" ;;\n' for name, gid in GIDS.items())
+    (folder / "getent").write_text(
+        '#!/bin/sh\n[ "$1" = group ] || exit 2\ncase $2 in\n' + table + "  *) exit 2 ;;\nesac\n"
+    )
+    for tool in ("docker", "getent"):
+        (folder / tool).chmod(0o755)
+    return folder
+
+
+def make_bundle(arch: str, where: Path) -> Path:
+    profile = load_profile(arch)
+    script = install_sh.render(
+        profile, version="test", image_ref=IMAGE_REF, image_id=IMAGE_ID,
+        chunks=("image/image.tar.000",), weights_path=WEIGHTS,
+    )  # fmt: skip
+    archive = where / "image.tar"
+    archive.write_bytes(os.urandom(2048))
+    files = {
+        "install.sh": script.encode(),
+        "meta/run.json": (json.dumps(run_spec(profile).to_json(), indent=2) + "\n").encode(),
+    }
+    bundle: Path = hand_bundle(where / "bundle", archive, files, chunk_size=4096)
+    return bundle
+
+
+def via_install_sh(bundle: Path, tmp_path: Path) -> dict[str, Any]:
+    record = tmp_path / "argv"
+    path = f"{fake_bin(tmp_path / 'bin', record)}:{os.environ['PATH']}"
+    done = subprocess.run(
+        ["sh", "install.sh"], cwd=bundle, capture_output=True, text=True, timeout=60,
+        env={**os.environ, "PATH": path},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    line = done.stdout.strip().splitlines()[-1]
+    ran = subprocess.run(
+        ["sh", "-c", line], capture_output=True, text=True, timeout=60,
+        env={**os.environ, "PATH": path},
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    argv = record.read_bytes().decode().split("\0")[:-1]
+    assert argv[:4] == ["run", "-d", "--restart", "on-failure"]
+    return normalized(["docker", *argv])
+
+
+def via_bundle_install(bundle: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    def getgrnam(name: str) -> Any:
+        if name not in GIDS:
+            raise KeyError(name)
+        return SimpleNamespace(gr_gid=GIDS[name])
+
+    monkeypatch.setattr(grp, "getgrnam", getgrnam)
+    manifest = parse((bundle / "bundle.json").read_bytes(), "bundle.json")
+    words, why_not = install._docker_run(bundle, manifest, Path(MODEL_DIR))
+    assert words, why_not
+    return normalized(words)
+
+
+@pytest.mark.parametrize("arch", known_arches())
+def test_unit_install_sh_and_bundle_install_run_the_same_container(
+    arch: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if shutil.which("sha256sum") is None:
+        pytest.skip("coreutils' sha256sum is needed to run install.sh")
+    spec = run_spec(load_profile(arch))
+    want = expected(spec)
+    bundle = make_bundle(arch, tmp_path)
+    assert via_unit(arch) == want
+    assert via_install_sh(bundle, tmp_path) == want
+    assert via_bundle_install(bundle, monkeypatch) == want
+
+
+def test_gfx1151_passes_its_groups_by_the_hosts_numeric_gid() -> None:
+    spec = run_spec(load_profile("gfx1151"))
+    assert spec.numeric_gids
+    assert expected(spec)["options"]["--group-add"] == [str(GIDS[g]) for g in spec.groups]
+    named = normalized(docker_run_words(run_spec(load_profile("gfx942")), Site("i", "x")))
+    assert named["options"]["--group-add"] == ["video", "render"]
+
+
+def test_the_env_floor_is_raised_in_the_spec_once() -> None:
+    profile = load_profile("gfx942")
+    on = profile.model_copy(update={"env": {**profile.env, "SGLANG_ROCM_USE_MULTI_STREAM": "1"}})
+    assert run_spec(on).env["GPU_MAX_HW_QUEUES"] == "5"
+    assert run_spec(on).raised == {"GPU_MAX_HW_QUEUES": "5"}
+    assert "GPU_MAX_HW_QUEUES" not in run_spec(profile).env
+    template = (ROLE / "templates" / "server.env.j2").read_text()
+    assert "sglang_service_env_floors" not in template  # the rule is sglx_core.env_floors
+
+
+def test_a_host_without_a_numeric_group_gets_no_line_and_the_reason(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bundle = make_bundle("gfx1151", tmp_path)
+
+    def getgrnam(name: str) -> Any:
+        raise KeyError(name)
+
+    monkeypatch.setattr(grp, "getgrnam", getgrnam)
+    manifest = parse((bundle / "bundle.json").read_bytes(), "bundle.json")
+    words, why_not = install._docker_run(bundle, manifest, None)
+    assert words == []
+    assert "has no such group" in why_not and "accel_host" in why_not
