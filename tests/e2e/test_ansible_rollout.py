@@ -39,7 +39,7 @@ from helpers.child_env import child_environment
 from helpers.engine_fixtures import build_cpu_image, free_port, make_cpu_bundle
 from helpers.run_shared import shared_folder
 from helpers.server import http
-from helpers.test_hosts import SshHost, build_host_image, own_lock_dir, recap, sh
+from helpers.test_hosts import SshHost, build_host_image, recap, sh
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docker, pytest.mark.slow]
 
@@ -59,10 +59,8 @@ class Fleet:
         hosts: list[SshHost],
         key: Path,
         ports: dict[str, int],
-        locks: dict[str, Path],
     ):
         self.work, self.hosts, self.key, self.ports = work, hosts, key, ports
-        self.locks = locks  # each host's device-init lock folder (helpers/test_hosts.py)
         self.inventories: dict[str, Path] = {}
         self.state: dict[str, Any] = {}
 
@@ -77,7 +75,6 @@ class Fleet:
         (folder / "group_vars" / "sglx").mkdir(parents=True)
         rendered = folder / "group_vars" / "sglx" / "sglx_profile.yml"
         sh(str(BIN / "sglx"), "ansible", "vars", "--arch", arch, "--out", str(rendered))
-        lock = yaml.safe_load(rendered.read_text())["sglang_service_lock_dir"]
         hosts = {}
         for host in self.hosts:
             hosts[host.name] = {
@@ -92,8 +89,6 @@ class Fleet:
                 "sglang_service_host_port": self.ports[host.name],
                 "sglang_service_publish_address": "127.0.0.1",
                 "sglang_service_health_timeout": 420,
-                # One per machine, as in a fleet (see helpers/test_hosts.py).
-                "sglang_service_lock_dir": own_lock_dir(lock, self.locks[host.name]),
                 # Every version of the fleet runs with it, so hosts differ only where a test
                 # makes them differ (test_rollout_serves_on_both_hosts_idempotently reads it).
                 "sglang_service_args": ["--download-dir", ODD_ARG],
@@ -231,12 +226,9 @@ def fleet(
         )
         build_host_image(base, image, work, key.with_suffix(".pub"))
         shared = shared_folder(config)
-        locks = {host.name: work / f"lock-{host.name}" for host in hosts}
         for host in hosts:
-            locks[host.name].mkdir()
-            lock = locks[host.name]
-            host.start(image, ["-v", f"{shared}:{shared}:ro", "-v", f"{lock}:{lock}"])
-        fleet = Fleet(work, hosts, key, {h.name: free_port() for h in hosts}, locks)
+            host.start(image, ["-v", f"{shared}:{shared}:ro"])
+        fleet = Fleet(work, hosts, key, {h.name: free_port() for h in hosts})
         fleet.state["added_images"] = added_images
         fleet.state["v2"] = v2
         yield fleet

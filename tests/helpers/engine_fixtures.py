@@ -119,9 +119,9 @@ def make_cpu_bundle(
     """The bundle of a labelled copy of the cpu image, made once per run by `sglx bundle
     create` (1 GiB chunks): test_bundle_cpu round-trips it, the e2e test rolls it out. `docker
     save` streams the full 6.4 GB archive either way. Made without the image scan (about two
-    minutes on two cores), which would hold up the e2e's rollout: test_bundle_cpu's `sglx
-    bundle verify` runs the same scan on the same archive, and test_bundle_tiny shows create's
-    scan."""
+    minutes on two cores), which would hold up the e2e's rollout: `scan_cpu_bundle` scans the
+    same archive once, for the tests that read the scan, and test_bundle_tiny shows create's
+    own scan."""
 
     def make() -> Made:
         source = build_cpu_image(config, tmp_path_factory, run_id)["tag"]
@@ -135,6 +135,36 @@ def make_cpu_bundle(
 
     value: dict[str, Any] = once(config, "cpu_bundle", make)
     return {**value, "path": Path(value["path"])}
+
+
+def scan_cpu_bundle(
+    config: pytest.Config, tmp_path_factory: pytest.TempPathFactory, run_id: str
+) -> dict[str, Any]:
+    """`sglx scan --bundle` of the session's cpu bundle (its chunks, layer for layer, with the
+    cpu profile's rules), once per run: the whole envelope, findings included."""
+
+    def make() -> Made:
+        bundle = make_cpu_bundle(config, tmp_path_factory, run_id)["path"]
+        command = [SGLX, "scan", "--bundle", str(bundle), "--json", "-q"]
+        done = subprocess.run(
+            command, capture_output=True, text=True, check=False, env=child_environment(), cwd=REPO
+        )
+        try:
+            return Made(json.loads(done.stdout))
+        except json.JSONDecodeError:
+            raise AssertionError(
+                f"{' '.join(command)}: exit {done.returncode}: {done.stderr[-3000:]}"
+            ) from None
+
+    value: dict[str, Any] = once(config, "cpu_bundle_scan", make)
+    return value
+
+
+@pytest.fixture(scope="session")
+def cpu_bundle_scan(
+    docker: Any, run_id: str, tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config
+) -> dict[str, Any]:
+    return scan_cpu_bundle(pytestconfig, tmp_path_factory, run_id)
 
 
 @pytest.fixture(scope="session")

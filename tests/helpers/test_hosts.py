@@ -5,11 +5,10 @@ Each host is a container on the host network whose sshd listens on its own 127.0
 server containers it starts are siblings on that engine. Fixture device nodes are made with
 mknod in the real kfd/dri layout (/dev/kfd, /dev/dri/renderD128, char majors 235 and 226).
 
-A bind mount's source is a path of this machine, whatever host asks the engine for it: with the
-profile's lock folder (/run/lock/sglx) every test host's server would flock one folder, and the
-hosts would bring their devices up one at a time, which two machines never do. So each test
-host gets a folder of its own (`own_lock_dir`, set per host in the inventory), mounted into the
-host at the same path, so that the folder the role creates is the one its server mounts.
+A bind mount's source is a path of this machine, whatever host asks the engine for it: every
+test host's server mounts this machine's one device-init lock folder (/run/lock/sglx), so the
+hosts bring their devices up one at a time, which two machines never do. On cpu the lock is
+held only for a one-element tensor op, so it costs no time here.
 """
 
 from __future__ import annotations
@@ -20,7 +19,6 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from helpers.child_env import child_environment
 
@@ -125,17 +123,6 @@ class SshHost:
 
     def remove(self) -> None:
         sh("docker", "rm", "-f", self.container, check=False)
-
-
-def own_lock_dir(rendered: dict[str, Any], source: Path) -> dict[str, Any]:
-    """The rendered `sglang_service_lock_dir` (`sglx ansible vars`) with `source` as the host
-    folder: in `source` and in the unit's `-v SOURCE:TARGET:ro` word; target and variable as
-    rendered."""
-    old = f"{rendered['source']}:"
-    args = [f"{source}:{word[len(old):]}" if word.startswith(old) else word
-            for word in rendered["args"]]  # fmt: skip
-    assert args != rendered["args"], f"no -v {old}... word in {rendered['args']}"
-    return {**rendered, "source": str(source), "args": args}
 
 
 def recap(output: str) -> dict[str, dict[str, int]]:

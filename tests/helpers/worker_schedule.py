@@ -62,7 +62,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
 
 def _uses_cpu_image(item: pytest.Item) -> bool:
-    return bool({"cpu_image", "cpu_bundle"} & set(item.fixturenames))
+    return bool({"cpu_image", "cpu_bundle", "cpu_bundle_scan"} & set(item.fixturenames))
 
 
 def start_order(item: pytest.Item, *, workers: bool) -> int:
@@ -101,7 +101,7 @@ def _cpu_chain_ahead(request: pytest.FixtureRequest) -> Iterator[None]:
     ):
         yield
         return
-    from helpers.engine_fixtures import make_cpu_bundle
+    from helpers.engine_fixtures import make_cpu_bundle, scan_cpu_bundle
 
     try:
         request.getfixturevalue("docker")  # notes the engine's images before the chain adds any
@@ -115,6 +115,8 @@ def _cpu_chain_ahead(request: pytest.FixtureRequest) -> Iterator[None]:
     )
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="cpu-chain") as pool:
         ahead = pool.submit(make_cpu_bundle, *arguments)
+        # Then the bundle's one scan, beside the e2e (the tests of the cpu image read it).
+        pool.submit(scan_cpu_bundle, *arguments)
         yield
         ahead.exception()  # waited for; a failure was reported by the tests that needed it
 

@@ -1,6 +1,7 @@
-"""The acceptance round trip with the real cpu image: create, verify (hashes and the image
-scan on the archive), remove the image from the engine, install,
-`docker run` it and get one completion, then install again and find nothing redone.
+"""The acceptance round trip with the real cpu image: create, verify (hashes; the image scan
+of the same archive is the run's one `sglx scan --bundle`, which test_image_cpu reads), remove
+the image from the engine, install, `docker run` it and get one completion, then install again
+and find nothing redone.
 
 The bundle is the session's (conftest.cpu_bundle): a labelled copy of the session's cpu image,
 so it shares every layer: removing it (without pruning parents) leaves the session image and
@@ -39,9 +40,8 @@ def round_trip(docker: Any, cpu_bundle: dict[str, Any], workdir: Path, run_id: s
         created = cpu_bundle["created"]
         assert created["scan"] is None  # made with --no-scan (engine_fixtures.make_cpu_bundle)
         assert len(created["image"]["chunks"]) >= 6
-        code, verified = cli_json("bundle", "verify", str(bundle))
+        code, verified = cli_json("bundle", "verify", str(bundle), "--no-scan")
         assert (code, verified["findings"]) == (0, []), verified
-        assert verified["data"]["scan"] == "ok"
 
         docker.images.remove(tag, noprune=True)
         assert image_id not in {image.id for image in docker.images.list(all=True)}
