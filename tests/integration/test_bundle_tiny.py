@@ -493,11 +493,16 @@ def test_an_install_killed_during_the_load_and_the_weights_completes_on_rerun(
 
 
 def test_scan_reads_the_bundle_format(sglx_json: JsonRunner, bundle: Path) -> None:
+    """With no --arch, the bundle's own profile (meta/arch.yaml) sets the rules: the tiny
+    image lacks the libraries the cpu profile requires, and says so."""
     code, envelope = sglx_json("scan", "--bundle", str(bundle), "-q")
-    assert code == 0, envelope
+    assert code == 1, envelope
     assert envelope["data"]["source"] == {"kind": "bundle", "path": str(bundle)}
     [scan] = envelope["data"]["scans"]
-    assert scan["kind"] == "image_archive"
+    assert (scan["kind"], scan["arch"]) == ("image_archive", "cpu")
+    assert envelope["findings"] and all(
+        f["message"].startswith("no library matching") for f in envelope["findings"]
+    )
 
 
 def test_create_scans_the_image_it_wrote_and_keeps_the_report(

@@ -129,3 +129,65 @@ def test_a_bundle_chunk_cut_short_is_named_before_reading(
     assert "chunks hold" in error["message"]
     assert "a chunk is cut short, grown or missing" in error["message"]
     assert "sglx bundle verify" in error["hint"]
+
+
+def _bundle_with_profile(tmp_path: Path, profile_text: str) -> Path:
+    """A bundle whose wheelhouse holds nvshmem's transport (its libfabric missing) and whose
+    meta/arch.yaml is `profile_text`."""
+    cc = ElfFactory(tmp_path / "build")
+    fabric = cc.lib(tmp_path / "build/libfabric.so.1", libc=False)
+    transport = cc.lib(tmp_path / "build/nvshmem_transport_x.so", needs=[fabric], libc=False)
+    archive = docker_archive(
+        tmp_path / "image.tar", [layer([("opt/app/readme.txt", "file", b"x")])], env=[]
+    )
+    whl = wheel({"nvidia/nvshmem/lib/nvshmem_transport_x.so": transport.read_bytes()})
+    return hand_bundle(
+        tmp_path / "bundle",
+        archive,
+        {
+            "wheelhouse/nvidia_nvshmem-1.0-py3-none-linux_x86_64.whl": whl,
+            "meta/arch.yaml": profile_text.encode(),
+        },
+        chunk_size=4096,
+    )
+
+
+@needs_gcc
+def test_a_bundle_is_scanned_by_its_own_profile_unless_arch_names_another(
+    tmp_path: Path, sglx_json: CliJson
+) -> None:
+    """The bundle's meta/arch.yaml (the profile baked into its image) sets the rules, not the
+    checkout's profile: here the bundle's profile accepts nothing optional, so the transport's
+    missing libfabric is a finding; `--arch cpu` asks for the checkout's cpu rules instead."""
+    from sglx_core.profile import load_profile
+    from sglx_core.profile.resolved import resolved_text
+
+    cpu = load_profile("cpu")
+    strict = cpu.model_copy(update={"scan": cpu.scan.model_copy(update={"optional_files": {}})})
+    bundle = _bundle_with_profile(tmp_path, resolved_text(strict))
+    missing = "needs libfabric.so.1, which is not found"
+    _, own = sglx_json("scan", "--bundle", str(bundle), "-q")
+    assert missing in [f["message"] for f in own["findings"]]
+    # The rest of the rules are the bundle's cpu profile's (torch's libraries it requires).
+    assert any("libtorch_cpu.so" in f["message"] for f in own["findings"])
+    _, checkout = sglx_json("scan", "--bundle", str(bundle), "--arch", "cpu", "-q")
+    assert missing not in [f["message"] for f in checkout["findings"]]
+
+
+def test_a_bundle_whose_profile_is_of_another_arch_is_refused(
+    tmp_path: Path, sglx: Callable[..., tuple[int, str, str]]
+) -> None:
+    from sglx_core.profile import load_profile
+    from sglx_core.profile.resolved import resolved_text
+
+    archive = docker_archive(tmp_path / "image.tar", [layer([("a.txt", "file", b"x")])], env=[])
+    bundle = hand_bundle(
+        tmp_path / "bundle",
+        archive,
+        {"meta/arch.yaml": resolved_text(load_profile("gfx942")).encode()},
+        chunk_size=4096,
+    )
+    code, out, err = sglx("scan", "--bundle", str(bundle))
+    assert code == 2
+    assert "meta/arch.yaml is the profile of arch gfx942, but bundle.json says cpu" in err
+    assert "Traceback" not in out + err

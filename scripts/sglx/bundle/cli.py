@@ -16,6 +16,7 @@ from sglx_core.report import Result
 
 if TYPE_CHECKING:
     from sglx.scan.archive import ChunkedArchive
+    from sglx.scan.rules import Rules
 
 
 def register(
@@ -124,7 +125,7 @@ def register(
     read_bundles_with(sub, _bundle_archive)
 
 
-def _bundle_archive(bundle: Path) -> ChunkedArchive:
+def _bundle_archive(bundle: Path) -> tuple[ChunkedArchive, Rules]:
     from sglx.bundle.scan_target import bundle_archive
 
     return bundle_archive(bundle)

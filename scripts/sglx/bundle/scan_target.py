@@ -3,9 +3,14 @@
 The bundle knows its layout (docs/reference/bundle.md); the scan knows none. Here the manifest
 is read and turned into a `ChunkedArchive`: the image chunks in the order bundle.json lists
 them, the archive size they must add up to, and `wheelhouse/*.whl` (bundles made with
-`--wheelhouse`) laid into the image's venv (`python.venv` of the bundle's arch). `sglx scan
+`--wheelhouse`) laid into the image's venv (`python.venv` of the bundle's profile). `sglx scan
 --bundle`, `sglx bundle verify` and `sglx bundle create` (on the chunks it just wrote) all scan
 through it, so the arrow runs one way: bundle -> scan.
+
+The rules a bundle is scanned by are its own profile's (meta/arch.yaml, the profile baked into
+its image), never the checkout's: a bundle carried to another site is judged by what it was
+built for. A bundle made before meta/arch.yaml existed falls back to the checkout's profile of
+its arch.
 
 The chunks' hashes are `sglx bundle verify`'s job; a scan only checks that they add up.
 """
@@ -22,14 +27,15 @@ from sglx.scan.archive import DEFAULT_SITE, ChunkedArchive
 from sglx.scan.command import scan_archive
 from sglx.scan.rules import Rules
 from sglx_core.errors import SglxError
-from sglx_core.profile import load_profile
+from sglx_core.profile import Profile, load_profile, load_profile_file
 from sglx_core.report import Result
 
 FIX = "check the bundle with `sglx bundle verify` and re-copy what it names"
 
 
-def bundle_archive(bundle: Path) -> ChunkedArchive:
-    """The bundle folder's image chunks and wheelhouse, as the scan reads them."""
+def bundle_archive(bundle: Path) -> tuple[ChunkedArchive, Rules]:
+    """The bundle folder's image chunks and wheelhouse, as the scan reads them, and the scan
+    rules of the bundle's own profile."""
     if not bundle.is_dir():
         raise SglxError(
             f"bundle folder {bundle} does not exist or is not a folder",
@@ -37,8 +43,25 @@ def bundle_archive(bundle: Path) -> ChunkedArchive:
             code="usage",
         )
     manifest = parse(read_manifest_bytes(bundle), str(bundle / layout.MANIFEST))
+    profile = bundle_profile(bundle, manifest.arch)
     wheels = tuple(sorted((bundle / layout.WHEELHOUSE).glob("*.whl")))
-    return _archive(bundle, manifest.image, wheels, site_packages(manifest.arch) if wheels else "")
+    site = site_packages(profile) if wheels else ""
+    return _archive(bundle, manifest.image, wheels, site), Rules.from_profile(profile)
+
+
+def bundle_profile(bundle: Path, arch: str) -> Profile:
+    """The profile the bundle was made with (meta/arch.yaml); the checkout's profile of `arch`
+    for a bundle older than that file."""
+    own = bundle / layout.PROFILE
+    if not own.is_file():
+        return load_profile(arch)
+    profile = load_profile_file(own)
+    if profile.arch != arch:
+        raise SglxError(
+            f"{own} is the profile of arch {profile.arch}, but bundle.json says {arch}",
+            hint=FIX,
+        )
+    return profile
 
 
 def written_archive(stage: Path, image: ImageRecord) -> ChunkedArchive:
@@ -46,20 +69,17 @@ def written_archive(stage: Path, image: ImageRecord) -> ChunkedArchive:
     return _archive(stage, image, (), "")
 
 
-def scan_bundle(bundle: Path, *, rules: Rules, jobs: int, progress: Progress) -> Result:
-    """`sglx scan --bundle DIR`: the bundle's image archive and wheelhouse."""
-    spec = bundle_archive(bundle)
+def scan_bundle(bundle: Path, *, jobs: int, progress: Progress) -> Result:
+    """The bundle's image archive and wheelhouse, scanned by its own profile's rules."""
+    spec, rules = bundle_archive(bundle)
     return scan_archive(
         spec, {"kind": "bundle", "path": str(bundle)}, rules=rules, jobs=jobs, progress=progress
     )
 
 
-def site_packages(arch: str) -> str:
-    """Where the image of `arch` keeps its venv's packages (python.venv and .version)."""
-    try:
-        python = load_profile(arch).python
-    except SglxError:
-        return DEFAULT_SITE
+def site_packages(profile: Profile) -> str:
+    """Where the image keeps its venv's packages (the profile's python.venv and .version)."""
+    python = profile.python
     return f"{python.venv}/lib/python{python.version}/site-packages"
 
 

@@ -80,15 +80,6 @@ def _verify(
 
 def _scan(folder: Path, check: FileCheck, jobs: int, progress: Progress) -> list[Finding]:
     from sglx.bundle.scan_target import scan_bundle
-    from sglx.scan.rules import Rules
-    from sglx_core.profile import load_profile
 
-    assert check.manifest is not None
-    profile = load_profile(check.manifest.arch)
-    result = scan_bundle(
-        folder,
-        rules=Rules.from_profile(profile),
-        jobs=jobs,
-        progress=progress,
-    )
+    result = scan_bundle(folder, jobs=jobs, progress=progress)
     return [Finding(f.code, f"image scan: {f.message}", f.path, f.hint) for f in result.findings]

@@ -19,9 +19,11 @@ from sglx_core.report import Result
 
 if TYPE_CHECKING:
     from sglx.scan.archive import ChunkedArchive
+    from sglx.scan.rules import Rules
 
-BundleReader = Callable[[Path], "ChunkedArchive"]
-"""A bundle folder -> the chunks and wheels it holds, as the scan reads them."""
+BundleReader = Callable[[Path], "tuple[ChunkedArchive, Rules]"]
+"""A bundle folder -> the chunks and wheels it holds, as the scan reads them, and the rules of
+the profile it was made with (used unless --arch names another)."""
 
 
 def register(
@@ -71,7 +73,8 @@ def register(
     )
     p.add_argument(
         "--arch",
-        help="check this arch profile's scan rules (default: none, only unresolved dependencies)",
+        help="check this arch profile's scan rules (default: none, only unresolved dependencies; "
+        "for --bundle, the bundle's own profile, meta/arch.yaml)",
     )
     p.add_argument(
         "--jobs",
@@ -127,7 +130,8 @@ def _cmd_scan(args: argparse.Namespace) -> Result:
             raise SglxError("--bundle is not available: no bundle group is registered")
         from sglx.scan.command import scan_archive
 
-        spec = args.bundle_reader(args.bundle)
+        spec, own_rules = args.bundle_reader(args.bundle)
         source = {"kind": "bundle", "path": str(args.bundle)}
+        rules = rules if args.arch is not None else own_rules
         return scan_archive(spec, source, rules=rules, jobs=jobs, progress=progress)
     return scan_paths(args.paths, root=args.root, rules=rules, jobs=jobs, progress=progress)
