@@ -44,14 +44,16 @@ def docker(pytestconfig: pytest.Config) -> Any:
     return client
 
 
-def sglx_json(*argv: str) -> dict[str, Any]:
+def sglx_json(*argv: str, **env: str) -> dict[str, Any]:
     """`sglx ARGV --json -q` as a child process (safe in a thread, unlike the CLI in-process,
-    which swaps sys.stdout), with the suite's fixed environment and folder, never what a test
-    running meanwhile patched (helpers/child_env.py); its data, asserting it succeeded."""
+    which swaps sys.stdout), with the suite's fixed environment plus `env` and its folder, never
+    what a test running meanwhile patched (helpers/child_env.py); its data, asserting it
+    succeeded."""
     command = [SGLX, *argv, "--json", "-q"]
     done = subprocess.run(
-        command, capture_output=True, text=True, check=False, env=child_environment(), cwd=REPO
-    )
+        command, capture_output=True, text=True, check=False, env=child_environment(**env),
+        cwd=REPO,
+    )  # fmt: skip
     try:
         envelope = json.loads(done.stdout)
     except json.JSONDecodeError:

@@ -9,7 +9,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 from sglx.wheels.lockfile import parse
@@ -48,13 +47,13 @@ def lock_from_wheelhouse(
     hash, nothing is downloaded. The test profiles lock subsets of the cpu lock's wheels (the
     same Python, sglang and platform): resolving them from the cpu wheelhouse costs no index
     round trips, gives the same answer on any day, and matches the fixture bases built from that
-    wheelhouse. `run(*argv)` runs the CLI in-process, asserting success. Returns the folder."""
+    wheelhouse. `run(*argv, **env)` runs the CLI against the copy with `env` added to its
+    environment, asserting success. Returns the folder."""
     shared = images.parent / "wheelhouse" / "shared"
     shared.mkdir(parents=True, exist_ok=True)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("PIP_NO_INDEX", "1")  # pip's own switch: only --find-links is read
-        for arch in arches:
-            run("wheels", "lock", "--arch", arch, "--find-links", str(wheels))
+    for arch in arches:
+        # PIP_NO_INDEX is pip's own switch: only --find-links is read.
+        run("wheels", "lock", "--arch", arch, "--find-links", str(wheels), PIP_NO_INDEX="1")
     for arch in arches:
         for wheel in parse(images.parent / "bundles" / "locks" / f"{arch}.txt").wheels:
             if not (shared / wheel.filename).exists():

@@ -4,10 +4,14 @@ Alone (`TEST_WORKERS=1`): the cpu chain (base, wheels, image, bundle: about eigh
 one core mostly) is built in a thread from the run's start (`_cpu_chain_ahead`), and the unit
 tests take the other core meanwhile; then the e2e module (its hosts need only the base, its
 rollout waits for the bundle), the engine tests that need no cpu image, and the tests of the
-cpu image last. On this project's two-core machines that is the faster way: two workers took
-45 to 49 minutes of CI, one took 32 (31 of them pytest) before its chain moved beside the
-unit tests: each worker's engine work (builds, saves, servers) slowed the other's more than
-the second worker added.
+cpu image last. While the e2e runs (fifteen minutes, much of it waiting on servers and
+Ansible), the same thread builds the vendor image sets (helpers/vendor_images.py, about eight
+minutes that the engine tests after the e2e otherwise waited for) and scans the cpu bundle.
+
+On this project's two-core machines that is the faster way: two workers took 45 to 49 minutes
+of CI, one took 32 (31 of them pytest) before its chain moved beside the unit tests: each
+worker's engine work (builds, saves, servers) slowed the other's more than the second worker
+added.
 
 With workers (`TEST_WORKERS=2`, `--dist loadfile`): a worker takes whole files, so that a
 module's fixtures are built once, on one worker. Files that share a state of the one Docker
@@ -102,6 +106,19 @@ def _cpu_chain_ahead(request: pytest.FixtureRequest) -> Iterator[None]:
         yield
         return
     from helpers.engine_fixtures import make_cpu_bundle, scan_cpu_bundle
+    from helpers.vendor_images import build_fixture_images, build_upstream_images
+
+    # The vendor image sets (minutes of building each, on the cpu base and wheelhouse only),
+    # built beside the e2e for the modules that run after it; only for a run that has them.
+    used = {name for item in items for name in item.fixturenames}
+    vendor_sets = [
+        build
+        for fixture, build in (
+            ("upstream_set", build_upstream_images),
+            ("fixture_set", build_fixture_images),
+        )
+        if fixture in used
+    ]
 
     try:
         request.getfixturevalue("docker")  # notes the engine's images before the chain adds any
@@ -114,11 +131,14 @@ def _cpu_chain_ahead(request: pytest.FixtureRequest) -> Iterator[None]:
         request.getfixturevalue("run_id"),
     )
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="cpu-chain") as pool:
-        ahead = pool.submit(make_cpu_bundle, *arguments)
-        # Then the bundle's one scan, beside the e2e (the tests of the cpu image read it).
-        pool.submit(scan_cpu_bundle, *arguments)
+        ahead = [pool.submit(make_cpu_bundle, *arguments)]
+        # Then, beside the e2e, the vendor image sets (their modules run next) and the
+        # bundle's one scan (the tests of the cpu image, which run last, read it).
+        ahead += [pool.submit(build, *arguments) for build in vendor_sets]
+        ahead.append(pool.submit(scan_cpu_bundle, *arguments))
         yield
-        ahead.exception()  # waited for; a failure was reported by the tests that needed it
+        for future in ahead:
+            future.exception()  # waited for; a failure was reported by the tests that needed it
 
 
 _first_test_seen = False

@@ -22,151 +22,38 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers.elf import shared_library
 from helpers.engine_fixtures import remove_images
-from helpers.images_copy import copy_images, edit_yaml, lock_from_wheelhouse
-from helpers.rocm_base import ROCM_LIBS
+from helpers.vendor_images import FIXTURE_ARCHES, build_fixture_images, release
 
 from sglx.cli import main
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
-VENDOR_ARCHES = ["gfx942", "kunlun"]
-XRE_LIBS = ["libxpurt.so.2", "libxpucuda.so", "libxpuml.so.1"]
-
-
-def run_cli(*argv: str) -> dict[str, Any]:
-    import contextlib
-
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        code = main([*argv, "--json", "-q"])
-    envelope: dict[str, Any] = json.loads(out.getvalue())
-    assert code == 0, envelope["errors"]
-    return envelope
-
-
-def fixture_context(folder: Path, family: str) -> Path:
-    """Build context of a fixture base: gcc-built stand-ins for the vendor user space."""
-    libs = folder / "libs"
-    files = folder / "files"
-    if family == "rocm":
-        for soname in ROCM_LIBS:
-            shared_library(libs, soname, "int fixture_rocm(void) { return 0; }\n")
-        (files / "ld").mkdir(parents=True)
-        (files / "ld" / "rocm.conf").write_text("/opt/rocm/lib\n")
-        layout = [
-            "COPY libs/ /opt/rocm/lib/",
-            "COPY files/ld/rocm.conf /etc/ld.so.conf.d/rocm.conf",
-            "RUN ldconfig && mkdir -p /opt/rocm/bin /usr/share/libdrm "
-            "/opt/rocm/lib/rocblas/library /opt/rocm/lib/hipblaslt/library "
-            "&& printf '#!/bin/sh\\necho fixture rocminfo\\n' > /opt/rocm/bin/rocminfo "
-            "&& chmod 755 /opt/rocm/bin/rocminfo "
-            "&& echo '74A1, 00, fixture MI300X' > /usr/share/libdrm/amdgpu.ids "
-            "&& for g in gfx942 gfx950 gfx1151; do "
-            "touch /opt/rocm/lib/rocblas/library/TensileLibrary_$g.dat "
-            "/opt/rocm/lib/hipblaslt/library/extop_$g.co; done",
-        ]
-    else:
-        for soname in XRE_LIBS:
-            shared_library(libs / "xre", soname, "int fixture_xre(void) { return 0; }\n")
-        shared_library(libs / "xccl", "libbkcl.so", "int fixture_bkcl(void) { return 0; }\n")
-        layout = [
-            "COPY libs/xre/ /usr/local/xre/so/",
-            "COPY libs/xccl/ /usr/local/xccl/so/",
-            "RUN ln -s libxpucuda.so /usr/local/xre/so/libcuda.so.1",
-        ]
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "Dockerfile").write_text("ARG BASE\nFROM ${BASE}\n" + "\n".join(layout) + "\n")
-    return folder
+VENDOR_ARCHES = FIXTURE_ARCHES
 
 
 @pytest.fixture(scope="module")
-def fixture_bases(
-    docker: Any, cpu_base: str, run_id: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, str]]:
-    """fixture-rocm and fixture-kunlun bases, loaded with `sglx base load` from saved tars."""
-    work = tmp_path_factory.mktemp("fixture-bases")
-    bases = {}
-    for family in ("rocm", "kunlun"):
-        built = f"sglx-test/fixture-{family}-build:{run_id}"
-        context = fixture_context(work / family, family)
-        docker.images.build(
-            path=str(context), tag=built, buildargs={"BASE": cpu_base}, network_mode="none", rm=True
-        )
-        archive = work / f"fixture-{family}-base.tar"
-        with archive.open("wb") as handle:
-            for chunk in docker.images.get(built).save(named=False):
-                handle.write(chunk)
-        digest = hashlib.sha256(archive.read_bytes()).hexdigest()
-        archive.with_name(archive.name + ".sha256").write_text(f"{digest}  {archive.name}\n")
-        remove_images(docker, built)
-        tag = f"sglx-test/fixture-{family}-base:{run_id}"
-        loaded = run_cli("base", "load", str(archive), "--tag", tag)
-        assert loaded["data"]["sha256"] == digest
-        bases[family] = tag
-    yield bases
-    remove_images(docker, *bases.values())
+def fixture_set(
+    docker: Any, run_id: str, tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config
+) -> Iterator[dict[str, Any]]:
+    """The fixture bases, loaded with `sglx base load` from saved tars, and the images built on
+    them from the project copy naming them (helpers/vendor_images.py; a run alone has built
+    them beside the e2e); removed after the module."""
+    made = build_fixture_images(pytestconfig, tmp_path_factory, run_id)
+    yield made
+    release(made)
 
 
 @pytest.fixture(scope="module")
-def fixture_project(
-    tmp_path_factory: pytest.TempPathFactory, fixture_bases: dict[str, str], cpu_wheelhouse: Path
-) -> Iterator[Path]:
-    """A copy of images/ whose vendor profiles point at the fixture bases (see module doc),
-    locked from the run's cpu wheelhouse (the same Python and sglang; helpers/images_copy.py)."""
-    root = tmp_path_factory.mktemp("fixture-project")
-    images = copy_images(root)
-    python = {"version": "3.11", "executable": "/usr/bin/python3", "glibc": "2.36"}
-    edit_yaml(images / "shared" / "base.yaml", {"sglang": {"wheel": "pypi"}})
-    edit_yaml(images / "shared" / "cdna.yaml", {"python": {"version": "3.11"}})
-    edit_yaml(
-        images / "shared" / "rocm-pytorch.yaml",
-        {
-            "sglang": {"wheel": "pypi"},
-            "python": {**python, "torch": ">=2.10"},
-            "base": {"ref": fixture_bases["rocm"], "rocm": None},
-        },
-    )
-    edit_yaml(
-        images / "gfx942" / "arch.yaml",
-        {"extends": ["cdna", "rocm-pytorch"], "base": {"ref": fixture_bases["rocm"]}},
-    )
-    edit_yaml(
-        images / "kunlun" / "arch.yaml",
-        {"python": python, "base": {"ref": fixture_bases["kunlun"]}},
-    )
-    patch = pytest.MonkeyPatch()
-    patch.setenv("SGLX_IMAGES_DIR", str(images))
-    patch.setenv("SGLX_WHEELHOUSE", str(root / "wheelhouse"))
-    run_cli("image", "render")
-    lock_from_wheelhouse(images, VENDOR_ARCHES, cpu_wheelhouse, run_cli)
-    yield root
-    patch.undo()
+def fixture_bases(fixture_set: dict[str, Any]) -> dict[str, str]:
+    bases: dict[str, str] = fixture_set["bases"]
+    return bases
 
 
 @pytest.fixture(scope="module")
-def fixture_images(docker: Any, fixture_project: Path, run_id: str) -> Iterator[dict[str, str]]:
-    images = {}
-    payloads: list[str] = []
-    try:
-        for arch in VENDOR_ARCHES:
-            tag = f"sglx-test/{arch}:{run_id}"
-            data = run_cli(
-                "image",
-                "build",
-                "--arch",
-                arch,
-                "--tag",
-                tag,
-                "--wheelhouse",
-                str(fixture_project / "wheelhouse" / "shared"),
-            )["data"]
-            payloads += data["payload_images_imported"]
-            images[arch] = tag
-        yield images
-    finally:
-        remove_images(docker, *images.values(), *payloads)
+def fixture_images(fixture_set: dict[str, Any]) -> dict[str, str]:
+    images: dict[str, str] = fixture_set["arch_images"]
+    return images
 
 
 @pytest.mark.parametrize("arch", VENDOR_ARCHES)

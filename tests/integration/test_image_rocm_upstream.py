@@ -24,8 +24,6 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,35 +31,14 @@ from typing import Any
 import pytest
 from helpers.dockerfile_env import dockerfile_env
 from helpers.engine_fixtures import remove_images
-from helpers.images_copy import copy_images, edit_yaml, lock_from_wheelhouse
-from helpers.rocm_base import SITE_PACKAGES, VENV, Layout, rocm_layout
+from helpers.rocm_base import SITE_PACKAGES, rocm_layout
+from helpers.vendor_images import UPSTREAM_ARCHES, build_upstream_images, release
 
 from sglx.cli import main
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
-ARCHES = ["gfx942", "gfx950", "gfx1151"]
-CPU_TORCH = ["torch==2.13.0+cpu"]
-# Wheels of the cpu lock the stand-in leaves out: the CUDA runtime PyPI's torch pulls in, that
-# torch itself (replaced by the CPU build above), and PyPI's torchvision, a CUDA build that needs
-# libtorch_cuda.so and libcudart and cannot even import beside a CPU torch ("operator
-# torchvision::nms does not exist"); no CPU torchvision for torch 2.13 is on the configured index.
-LEFT_OUT = ("nvidia_", "cuda_", "torch-", "torchvision-")
-# Declared by pip metadata only: what the upstream image builds for the target and no index here
-# has (sgl-kernel and AITER for gfx9xx, torchvision for ROCm torch). sglang imports none of them
-# at startup: sgl-kernel and AITER on ROCm are imported by the kernels that use them, and
-# transformers looks for torchvision's module, which a metadata-only stand-in does not have.
-STAND_INS = {"sglang-kernel": "0.4.10", "amd-aiter": "0.1.7", "torchvision": "0.28.0"}
-# PyPI's Triton wheel (the stand-in's Triton: sglang imports it at startup) carries test MLIR
-# plugins whose RUNPATH points at Triton's build tree; libtriton loads them only from
-# TRITON_PLUGIN_PATHS. The cpu profile accepts them with the same reason; the test's copy of the
-# ROCm profile does too, for the base's site-packages.
-TRITON_PLUGINS = {
-    f"{SITE_PACKAGES}/triton/plugins/*": (
-        "Triton's example and test MLIR plugins (RUNPATH into Triton's build tree); libtriton "
-        "loads them only from TRITON_PLUGIN_PATHS"
-    )
-}
+ARCHES = UPSTREAM_ARCHES
 
 
 def cli(*argv: str) -> tuple[int, dict[str, Any]]:
@@ -71,142 +48,43 @@ def cli(*argv: str) -> tuple[int, dict[str, Any]]:
     return code, json.loads(out.getvalue())
 
 
-def ok(*argv: str) -> dict[str, Any]:
-    code, envelope = cli(*argv)
-    assert code == 0, envelope["errors"]
-    return envelope
+@pytest.fixture(scope="module")
+def upstream_set(
+    docker: Any, run_id: str, tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config
+) -> Iterator[dict[str, Any]]:
+    """The stand-ins, the project copy naming them and the images built on them
+    (helpers/vendor_images.py; a run alone has built them beside the e2e); removed after the
+    module. Not carried through `docker save` and `sglx base load`: test_image_fixtures does
+    that with its bases, and the round trip of this multi-GB one cost minutes of CI and tested
+    nothing more."""
+    made = build_upstream_images(pytestconfig, tmp_path_factory, run_id)
+    yield made
+    release(made)
 
 
 @pytest.fixture(scope="module")
-def cpu_torch(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The CPU torch the stand-in serves with, fetched the way the wheelhouses are."""
-    folder = tmp_path_factory.mktemp("cpu-torch")
-    subprocess.run(
-        [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-         "--python-version", "3.11", "--platform", "manylinux_2_28_x86_64", "-q",
-         "-d", str(folder), *CPU_TORCH],
-        check=True,
-    )  # fmt: skip
-    return folder
-
-
-def _install_site_packages(
-    docker: Any, base: str, wheelhouse: Path, cpu_torch: Path, tag: str
-) -> None:
-    """A venv at /opt/venv with sglang and its serving set in its site-packages, offline,
-    committed."""
-    wheels = [f"/w/{p.name}" for p in sorted(wheelhouse.glob("*.whl"))]
-    wheels = [w for w in wheels if not w.removeprefix("/w/").startswith(LEFT_OUT)]
-    wheels += [f"/t/{p.name}" for p in sorted(cpu_torch.glob("*.whl"))]
-    script = (
-        f"python3 -m venv --without-pip {VENV} "
-        "&& python3 -m venv /tmp/pip && /tmp/pip/bin/pip install -q --no-index --no-deps "
-        f"--no-compile --disable-pip-version-check --target {SITE_PACKAGES} --upgrade "
-        + " ".join(wheels)
-        + " && rm -rf /tmp/pip"
-    )
-    container = docker.containers.run(
-        base,
-        ["sh", "-c", script],
-        detach=True,
-        network_mode="none",
-        volumes={str(wheelhouse): {"bind": "/w", "mode": "ro"}, str(cpu_torch): {"bind": "/t"}},
-    )
-    try:
-        code = container.wait(timeout=1800)["StatusCode"]
-        assert code == 0, container.logs().decode()[-3000:]
-        repository, _, version = tag.partition(":")
-        container.commit(repository=repository, tag=version)
-    finally:
-        container.remove(force=True)
+def upstream_base(upstream_set: dict[str, Any]) -> dict[str, str]:
+    """fixture-sglang-rocm: the ROCm 10 SDK layout for the mi30x/mi35x ref (`mi3x`), the apt
+    ROCm 7.2.4 layout for gfx1151's."""
+    bases: dict[str, str] = upstream_set["bases"]
+    return bases
 
 
 @pytest.fixture(scope="module")
-def upstream_base(
-    docker: Any,
-    cpu_base: str,
-    cpu_wheelhouse: Path,
-    cpu_torch: Path,
-    run_id: str,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[dict[str, str]]:
-    """fixture-sglang-rocm: the venv with sglang installed once, then the ROCm 10 SDK layout
-    on it for the mi30x/mi35x ref and the apt ROCm 7.2.4 layout for gfx1151's. Not carried
-    through `docker save` and `sglx base load`: test_image_fixtures does that with its bases,
-    and the round trip of this multi-GB one cost minutes of CI and tested nothing more."""
-    work = tmp_path_factory.mktemp("fixture-sglang-rocm")
-    site = f"sglx-test/fixture-sglang-rocm-site:{run_id}"
-    tags = {
-        "mi3x": f"sglx-test/fixture-sglang-rocm:{run_id}",
-        "gfx1151": f"sglx-test/fixture-sglang-rocm-gfx1151:{run_id}",
-    }
-    layouts: dict[str, tuple[Layout, str]] = {
-        "mi3x": ("sdk", "10.0.0"),
-        "gfx1151": ("apt", "7.2.4-1"),
-    }
-    try:
-        _install_site_packages(docker, cpu_base, cpu_wheelhouse, cpu_torch, site)
-        for name, (layout, version) in layouts.items():
-            context = rocm_layout(
-                work / name, layout=layout, rocm_version=version, metadata_only=STAND_INS
-            )
-            docker.images.build(
-                path=str(context),
-                tag=tags[name],
-                buildargs={"BASE": site},
-                network_mode="none",
-                rm=True,  # docker-py keeps each step's container otherwise
-            )
-        yield tags
-    finally:
-        remove_images(docker, *tags.values(), site)
+def project(upstream_set: dict[str, Any]) -> Iterator[Path]:
+    """The copy of images/ whose ROCm profiles name the stand-ins, for the in-process CLI of
+    this module's tests."""
+    root = Path(upstream_set["root"])
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SGLX_IMAGES_DIR", str(root / "images"))
+        patch.setenv("SGLX_WHEELHOUSE", str(root / "wheelhouse"))
+        yield root
 
 
 @pytest.fixture(scope="module")
-def project(
-    tmp_path_factory: pytest.TempPathFactory, upstream_base: dict[str, str], cpu_wheelhouse: Path
-) -> Iterator[Path]:
-    """A copy of images/ whose ROCm profiles name the stand-in (see the module doc), locked
-    from the cpu wheelhouse the stand-in was installed from (helpers/images_copy.py)."""
-    root = tmp_path_factory.mktemp("rocm-upstream-project")
-    images = copy_images(root)
-    edit_yaml(
-        images / "shared" / "rocm.yaml",
-        {"python": {"glibc": "2.36"}, "scan": {"optional_files": TRITON_PLUGINS}},
-    )
-    stand_in = {"version": "3.11", "torch": "==2.13.0"}
-    edit_yaml(images / "shared" / "cdna.yaml", {"python": stand_in})
-    for arch in ("gfx942", "gfx950"):
-        edit_yaml(images / arch / "arch.yaml", {"base": {"ref": upstream_base["mi3x"]}})
-    edit_yaml(
-        images / "gfx1151" / "arch.yaml",
-        {
-            "python": {**stand_in, "executable": f"{VENV}/bin/python3"},
-            "base": {"ref": upstream_base["gfx1151"]},
-        },
-    )
-    patch = pytest.MonkeyPatch()
-    patch.setenv("SGLX_IMAGES_DIR", str(images))
-    patch.setenv("SGLX_WHEELHOUSE", str(root / "wheelhouse"))
-    ok("image", "render")
-    lock_from_wheelhouse(images, ARCHES, cpu_wheelhouse, ok)
-    yield root
-    patch.undo()
-
-
-@pytest.fixture(scope="module")
-def built(docker: Any, project: Path, run_id: str) -> Iterator[dict[str, dict[str, Any]]]:
-    images: dict[str, dict[str, Any]] = {}
-    try:
-        for arch in ARCHES:
-            images[arch] = ok(
-                "image", "build", "--arch", arch, "--tag", f"sglx-test/{arch}-upstream:{run_id}",
-                "--wheelhouse", str(project / "wheelhouse" / "shared"),
-            )["data"]  # fmt: skip
-        yield images
-    finally:
-        payloads = [p for data in images.values() for p in data["payload_images_imported"]]
-        remove_images(docker, *(d["tag"] for d in images.values()), *payloads)
+def built(upstream_set: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    images: dict[str, dict[str, Any]] = upstream_set["built"]
+    return images
 
 
 def run_container(docker: Any, image: str, argv: list[str], **kwargs: Any) -> tuple[int, str]:
