@@ -147,13 +147,18 @@ def container_inspect(host: Any, facts: HostFacts) -> dict[str, Any] | None:
     return found[0] if found else None
 
 
+# One read of each host's server process per check run: the checks only read, and four of them
+# look at the same process (a `docker exec` over SSH each time otherwise).
+_SERVER_PROCESSES: dict[tuple[str, str], dict[str, Any]] = {}
+
+
 def server_process(host: Any, facts: HostFacts) -> dict[str, Any]:
     """argv and environment of the container's `sglang.launch_server` process ({} if none)."""
-    done = docker(host, "exec", facts.container, "python3", "-c", _SERVER_PROBE)
-    if done.rc != 0:
-        return {}
-    found: dict[str, Any] = json.loads(done.stdout or "{}")
-    return found
+    key = (facts.name, facts.container)
+    if key not in _SERVER_PROCESSES:
+        done = docker(host, "exec", facts.container, "python3", "-c", _SERVER_PROBE)
+        _SERVER_PROCESSES[key] = json.loads(done.stdout or "{}") if done.rc == 0 else {}
+    return _SERVER_PROCESSES[key]
 
 
 def bundle_manifest(bundle: Path) -> tuple[dict[str, Any], str]:
