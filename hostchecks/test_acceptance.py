@@ -35,6 +35,11 @@ from probes import (
 pytestmark = pytest.mark.acceptance
 
 ROLLOUT = "run rollout.yml for this host"
+# sglx_platform.serving.PROFILE_ENV: the name sglx-serve gives the server (the checks do not
+# import the plugin, which runs in the image).
+SERVING_PROFILE_ENV = "SGLX_SERVING_PROFILE"
+# A passed check's detail, shown by `sglx hosts check` (sglx.hosts.junit reads it back).
+DETAIL_PROPERTY = "detail"
 
 
 def running_container(host: Any, facts: HostFacts) -> dict[str, Any]:
@@ -146,6 +151,26 @@ def test_running_server_environment(host: Any, facts: HostFacts) -> None:
     wrong = [w for w in wrong if w]
     if wrong:
         problem(f"server pid {server['pid']} in {facts.container}: {'; '.join(wrong)}", ROLLOUT)
+
+
+def test_serving_profile_selected(host: Any, facts: HostFacts, record_property: Any) -> None:
+    """The serving profile the host's server started with (sglx-serve chose it from the host's
+    devices and the model, and hands its name to the server as SGLX_SERVING_PROFILE): reported
+    per host in the check's detail. A group of hosts that chose differently is named by
+    group_runs_the_same, and a serving group's ranks refuse to form (SGLX_ is compared)."""
+    running_container(host, facts)
+    server = server_process(host, facts)
+    if not server:
+        problem(f"no sglang server process runs in {facts.container}", ROLLOUT)
+    chosen = server["env"].get(SERVING_PROFILE_ENV)
+    if facts.profile.serving.profiles and not chosen:
+        problem(
+            f"the server in {facts.container} started without a serving profile "
+            f"({SERVING_PROFILE_ENV} is unset): its image's sglx-serve predates serving "
+            "profiles, or the container's entrypoint was replaced",
+            f"roll out a bundle built by this sglx, or {ROLLOUT}",
+        )
+    record_property(DETAIL_PROPERTY, f"serving profile {chosen or 'none (the arch has none)'}")
 
 
 def test_running_container_shares_the_device_init_lock(host: Any, facts: HostFacts) -> None:

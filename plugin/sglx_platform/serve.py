@@ -1,22 +1,20 @@
 """The image entrypoint (`sglx-serve`) and healthcheck (`sglx-healthcheck`).
 
 `sglx-serve` starts `python -m sglang.launch_server` with the baked model, 0.0.0.0 and the
-profile's port, followed by the arguments given to `docker run` (later flags win), and runs
-preflight on exactly those arguments beside it. The server inherits this process's environment
-untouched: the image's `ENV` (the profile's variables, `SGLANG_PLATFORM=sglx`) and whatever
-`docker run -e` added. The profile's SGLang defaults and refusals are applied inside sglang by
-the sglx platform, so they are not repeated here.
+profile's port, then the arguments of the serving profile chosen for this host and model
+(sglx_platform.serving: the devices read from sysfs, the model's config.json, the capacity
+check), then the arguments given to `docker run` (later flags win), and runs preflight on
+exactly those arguments beside it. The server inherits this process's environment: the image's
+`ENV` (the profile's variables, `SGLANG_PLATFORM=sglx`), whatever `docker run -e` added, and the
+chosen serving profile's variables where `docker run -e` did not set them. The profile's SGLang
+defaults and refusals are applied inside sglang by the sglx platform, so they are not repeated
+here. A model that cannot fit, or a host no serving profile can run, is refused before the
+server starts (exit 2), with the numbers and the fixes.
 
-Preflight and the server start in parallel by default: preflight's slow part is importing torch
-and sglang, which the server does anyway, so running it first would cost that time twice. When
-preflight fails, the server is stopped and sglx-serve exits with preflight's code (1, or 2 when
-preflight could not run). `SGLX_PREFLIGHT=first` runs it before the server starts instead, and
-`SGLX_PREFLIGHT=off` (or `SGLX_SKIP_PREFLIGHT=1`) skips it.
-
-sglx-serve stays as the container's PID 1: it forwards signals to the server (which then shuts
-down exactly as it does when started bare), reaps orphans and exits with the server's status.
-With `SGLX_PROFILE_FALLBACKS=1` it prints the fallback table of the server's processes once they
-are gone (their JSON reports stay in the report folder).
+`sglx-serve --list-profiles` and `--dry-run` (each with `--json`) answer without starting
+anything and without importing torch or sglang: every serving profile sorted into runnable, low
+memory and incompatible with its reason; the final command and environment, and the layer that
+set each value. `--version` says which sglx-serve and arch profile the image carries.
 """
 
 from __future__ import annotations
@@ -32,7 +30,8 @@ import urllib.request
 from pathlib import Path
 from types import FrameType
 
-from sglx_platform import profiling
+from sglx_core.errors import SglxError
+from sglx_platform import profiling, serving
 from sglx_platform.baked import baked_profile
 
 # Where sglx-serve leaves the port it started the server on, for the healthcheck.
@@ -78,13 +77,25 @@ def preflight_mode() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = server_argv(list(sys.argv[1:] if argv is None else argv))
+    own, user_args = serving.split_own_flags(list(sys.argv[1:] if argv is None else argv))
+    if own:
+        return _explain(own, user_args)
+    try:
+        chosen = _plan(user_args)
+    except SglxError as error:
+        _say(f"refused before starting the server: {error}")
+        return 2
+    for line in serving.log_lines(chosen):
+        _say(line)
+    os.environ.update(chosen.env)  # the server and preflight inherit it
+    argv = server_argv(chosen.resolution.argv if chosen.resolution else user_args)
     _announce_demo(Path(os.environ.get(MODEL_ENV, DEFAULT_MODEL)))
     mode = preflight_mode()
     if mode == "first" and (code := _preflight(argv)) != 0:
         _say(f"preflight failed (exit {code}); not starting the server")
         return code
-    STATE.write_text(json.dumps({"port": _last_value(argv, "--port")}))
+    selected = chosen.resolution.chosen.name if chosen.resolution else None
+    STATE.write_text(json.dumps({"port": _last_value(argv, "--port"), "serving_profile": selected}))
     started = time.time()
     server = subprocess.Popen(
         [sys.executable, "-m", SERVER_MODULE, *argv], process_group=0
@@ -102,6 +113,41 @@ def main(argv: list[str] | None = None) -> int:
         table = profiling.summary_of_reports(profiling.report_dir(), since=started)
         _say(f"the server's fallback profile (reports in {profiling.report_dir()}):\n{table}")
     return code
+
+
+def _plan(user_args: list[str]) -> serving.Plan:
+    model = serving.model_folder(user_args, os.environ.get(MODEL_ENV, DEFAULT_MODEL))
+    return serving.plan(baked_profile(), user_args, os.environ, model)
+
+
+def _explain(own: set[str], user_args: list[str]) -> int:
+    """`--list-profiles` / `--dry-run` (with `--json`): print, start nothing. Exit 0, or 2 with
+    the refusal the server would have met."""
+    as_json = serving.JSON_FLAG in own
+    if serving.VERSION_FLAG in own:
+        from importlib.metadata import version
+
+        print(f"sglx-serve {version('sglx-platform')} ({baked_profile().arch})")
+        return 0
+    try:
+        chosen = _plan(user_args)
+    except SglxError as error:
+        if as_json:
+            refusal = {"code": error.code, "message": error.message, "hint": error.hint}
+            print(json.dumps({"error": refusal}, indent=2))
+        else:
+            print(f"refused: {error}")
+        return 2
+    if serving.LIST_FLAG in own:
+        document: dict[str, object] = serving.list_document(chosen)
+        text = serving.list_table(chosen)
+    else:
+        resolved = chosen.resolution.argv if chosen.resolution else user_args
+        command = [sys.executable, "-m", SERVER_MODULE, *server_argv(resolved)]
+        document = serving.dry_run_document(chosen, command)
+        text = serving.dry_run_text(chosen, command)
+    print(json.dumps(document, indent=2) if as_json else text)
+    return 0
 
 
 def _preflight(argv: list[str]) -> int:

@@ -168,7 +168,7 @@ BOTH = ("-e", "sglx_rollout_serial=2")
 SERVING_CHECKS = (
     "bundle_image_present", "service_active", "running_server_environment",
     "running_container_shares_the_device_init_lock", "health_and_completion",
-    "group_runs_the_same", "image_preflight",
+    "group_runs_the_same", "image_preflight", "serving_profile_selected",
 )  # fmt: skip
 
 
@@ -410,6 +410,13 @@ def test_acceptance_checks_pass(fleet: Fleet) -> None:
         seen = outcomes(report, host)
         for check in SERVING_CHECKS:
             assert seen[check] == "passed", (host, check, report)
+        # The serving profile each host's sglx-serve chose, reported by acceptance.
+        chosen = [
+            c["message"]
+            for c in report["data"]["checks"]
+            if (c["host"], c["check"]) == (host, "serving_profile_selected")
+        ]
+        assert chosen == ["serving profile cpu-host"], report
 
 
 @pytest.mark.breaks

@@ -7,6 +7,7 @@ One cold build (demo model, base debootstrapped by the session), one container a
 from __future__ import annotations
 
 import io
+import json
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -55,7 +56,7 @@ def test_image_scan_is_clean(cpu_bundle_scan: dict[str, Any]) -> None:
 @pytest.fixture(scope="module")
 def served(
     docker: Any, cpu_image: dict, run_id: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[tuple[str, Path]]:
+) -> Iterator[tuple[str, Path, Any]]:
     port = free_port()
     container = docker.containers.run(
         cpu_image["tag"],
@@ -74,7 +75,7 @@ def served(
         stream, _ = container.get_archive("/models/model")
         with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
             tar.extractall(model, filter="data")
-        yield base, model / "model"
+        yield base, model / "model", container
     except BaseException:
         print(container.logs().decode()[-5000:])
         raise
@@ -82,8 +83,8 @@ def served(
         container.remove(force=True)
 
 
-def test_container_answers_health_and_models(served: tuple[str, Path]) -> None:
-    base, _ = served
+def test_container_answers_health_and_models(served: tuple[str, Path, Any]) -> None:
+    base, _, _ = served
     assert http(f"{base}/health")[0] == 200
     status, listing = http(f"{base}/v1/models")
     assert status == 200
@@ -91,11 +92,11 @@ def test_container_answers_health_and_models(served: tuple[str, Path]) -> None:
 
 
 def test_greedy_completion_matches_transformers_on_the_baked_weights(
-    served: tuple[str, Path],
+    served: tuple[str, Path, Any],
 ) -> None:
     from transformers import AutoTokenizer
 
-    base, model = served
+    base, model, _ = served
     tokenizer = AutoTokenizer.from_pretrained(model)
     prompts = ["Hello, world!", "Pack my box with"]
     for prompt, want in zip(prompts, transformers_greedy(model, prompts, 12), strict=True):
@@ -105,6 +106,62 @@ def test_greedy_completion_matches_transformers_on_the_baked_weights(
         )
         assert status == 200, body
         assert body["choices"][0]["text"] == tokenizer.decode(want, skip_special_tokens=True)
+
+
+def test_the_server_started_without_serving_flags_chose_the_cpu_profile(
+    served: tuple[str, Path, Any],
+) -> None:
+    """sglx-serve read this machine's cores and memory and the demo model's config.json, chose
+    the cpu arch's serving profile, said why, and handed its name to the server."""
+    _, _, container = served
+    logs = container.logs().decode()
+    assert "sglx-serve: serving profile cpu-host (general): matches 1x cpu" in logs, logs[-3000:]
+    assert ": fits." in logs  # the capacity check's numbers, before the server started
+    code, state = container.exec_run(["cat", "/tmp/sglx-serve.json"])
+    assert code == 0, state
+    assert json.loads(state)["serving_profile"] == "cpu-host"
+
+
+def test_dry_run_prints_the_command_and_where_each_value_came_from(
+    docker: Any, cpu_image: dict
+) -> None:
+    """`docker run IMAGE --dry-run`: nothing starts; the final launch_server command, the
+    environment the serving profile adds, and the layer that set each value."""
+    tag = cpu_image["tag"]
+    argv = ["--dry-run", "--json", "--context-length", "256"]
+    document = json.loads(docker.containers.run(tag, argv, remove=True, network_mode="none"))
+    assert document["selected"] == "cpu-host"
+    assert document["command"][1:3] == ["-m", "sglang.launch_server"]
+    assert document["command"][-2:] == ["--context-length", "256"]
+    assert document["env"] == {"SGLX_SERVING_PROFILE": "cpu-host"}
+    layers = {item["name"]: (item["value"], item["layer"]) for item in document["settings"]}
+    assert layers["--context-length"] == ("256", "user argument")
+    assert layers["--device"] == ("cpu", "arch default")
+    assert document["capacity"]["fits"] is True
+    text = docker.containers.run(tag, ["--dry-run"], remove=True, network_mode="none").decode()
+    assert "--device cpu <- arch default" in text
+    assert "sglang.launch_server --model-path /models/model" in text
+
+
+def test_a_context_that_cannot_fit_is_refused_before_any_weight_loads(
+    docker: Any, cpu_image: dict
+) -> None:
+    """Two billion tokens of KV cache (about 477 GiB for the demo model) fit on no machine
+    this runs on: sglx-serve refuses with the numbers and the fixes, exit 2, and the server
+    never starts."""
+    container = docker.containers.run(
+        cpu_image["tag"], ["--context-length", "2000000000"], detach=True, network_mode="none"
+    )
+    try:
+        code = container.wait(timeout=120)["StatusCode"]
+        logs = container.logs().decode()
+    finally:
+        container.remove(force=True)
+    assert code == 2, logs[-3000:]
+    assert "refused before starting the server: the model does not fit" in logs
+    assert "2,000,000,000 tokens of context x 1 request" in logs
+    assert "Use --context-length" in logs
+    assert "sglang.launch_server" not in logs and "Traceback" not in logs
 
 
 def test_rebuild_after_a_plugin_change_reuses_every_heavy_layer(

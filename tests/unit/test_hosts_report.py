@@ -22,6 +22,9 @@ REPORT = """<?xml version="1.0" encoding="utf-8"?>
   <skipped type="pytest.skip" message="container x is not running (see service_active)"/>
 </testcase>
 <testcase classname="test_acceptance" name="test_helper_without_host" time="0.1"/>
+<testcase classname="test_acceptance" name="test_serving_profile_selected[ansible://host-a]">
+  <properties><property name="detail" value="serving profile mi300x-tp8"/></properties>
+</testcase>
 </testsuite></testsuites>
 """
 
@@ -41,6 +44,7 @@ def test_each_case_is_a_host_and_a_check(tmp_path: Path) -> None:
         ("host-b", "device_nodes"),
         ("host-a", "kernel_command_line"),
         ("host-a", "service_active"),
+        ("host-a", "serving_profile_selected"),
     }
     failed = results["host-b", "device_nodes"]
     assert (failed.outcome, failed.mode) == ("failed", "preflight")
@@ -60,10 +64,11 @@ def test_a_failed_check_is_a_finding_that_names_host_check_and_fix(tmp_path: Pat
     assert finding.hint == "run site.yml for this host"
     assert result.lines == ("1 of 2 host(s) failed 1 check(s)",)
     assert result.data["hosts"] == {
-        "host-a": {"passed": 1, "pending": 1, "skipped": 1},
+        "host-a": {"passed": 2, "pending": 1, "skipped": 1},
         "host-b": {"failed": 1},
     }
-    counts, pending = result.tables
+    counts, pending, details = result.tables
+    assert details.rows == (("host-a", "serving_profile_selected", "serving profile mi300x-tp8"),)
     assert [row[0] for row in counts.rows] == ["host-a", "host-b"]
     assert pending.rows == (
         ("host-a", "kernel_command_line", "reboot pending: the running kernel lacks iommu=pt"),
@@ -75,3 +80,12 @@ def test_pending_and_skipped_checks_pass(tmp_path: Path) -> None:
     result = _result(OPTIONS, passing)
     assert result.exit_code == 0
     assert result.lines == ("all 1 host(s) passed the acceptance checks",)
+
+
+def test_a_passed_check_reports_its_detail(tmp_path: Path) -> None:
+    """A passed check's `detail` property (record_property in hostchecks) is its message: the
+    serving profile each host chose shows in the report."""
+    results = {(r.host, r.check): r for r in _results(tmp_path)}
+    chosen = results["host-a", "serving_profile_selected"]
+    assert (chosen.outcome, chosen.message) == ("passed", "serving profile mi300x-tp8")
+    assert results["host-a", "device_nodes"].message == ""

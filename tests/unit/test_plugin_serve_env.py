@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -53,7 +54,9 @@ def serve(arch: str, tmp_path: Path, model: Path) -> tuple[subprocess.CompletedP
         "PYTHONPATH": str(REPO / "tests" / "helpers"),
         "SGLX_TEST_PROBE_OUT": str(out),
     }
-    (tmp_path / "host").mkdir()
+    # The host's memory, which the cpu arch's serving-profile selection reads under the root.
+    (tmp_path / "host" / "proc").mkdir(parents=True)
+    shutil.copyfile("/proc/meminfo", tmp_path / "host" / "proc" / "meminfo")
     proc = subprocess.run(
         [sys.executable, "-c", SERVE, "--port", "31999"],
         env=env,

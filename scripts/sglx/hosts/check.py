@@ -279,6 +279,14 @@ def _result(options: CheckOptions, results: list[CheckResult]) -> Result:
                 ("host", "check", "pending"), tuple((r.host, r.check, r.message) for r in pending)
             )
         )
+    # What passed checks report (the serving profile each host chose).
+    details = sorted(
+        (r for r in results if r.outcome == "passed" and r.message), key=lambda r: (r.host, r.check)
+    )
+    if details:
+        tables.append(
+            Table(("host", "check", "detail"), tuple((r.host, r.check, r.message) for r in details))
+        )
     failed = [r for r in results if r.outcome == "failed"]
     findings = [
         Finding(f"host_{r.check}", f"{r.host}: {r.check}: {r.what}", hint=r.fix or None)

@@ -12,6 +12,7 @@ Outcome = Literal["passed", "failed", "pending", "skipped"]
 # test_sysctl[ansible://host-a]  ->  check test_sysctl, host host-a
 _CASE = re.compile(r"^(?P<check>[^\[]+)\[(?:ansible://)?(?P<host>[^\]]+)\]$")
 _FIX = " Fix: "
+DETAIL_PROPERTY = "detail"
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,14 @@ def _message(element: ET.Element) -> str:
     return text.splitlines()[0] if text else ""
 
 
+def _detail(case: ET.Element) -> str:
+    """What a passed check reports (its `detail` property: record_property in hostchecks)."""
+    for prop in case.iter("property"):
+        if prop.get("name") == DETAIL_PROPERTY:
+            return prop.get("value") or ""
+    return ""
+
+
 def read_report(path: Path) -> list[CheckResult]:
     root = ET.parse(path).getroot()
     results = []
@@ -57,7 +66,7 @@ def read_report(path: Path) -> list[CheckResult]:
         module = case.get("classname", "").rsplit(".", 1)[-1]
         mode = "acceptance" if module == "test_acceptance" else "preflight"
         outcome: Outcome = "passed"
-        message = ""
+        message = _detail(case)
         for child in case:
             if child.tag in ("failure", "error"):
                 outcome, message = "failed", _message(child)

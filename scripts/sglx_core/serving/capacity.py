@@ -1,0 +1,316 @@
+"""Whether the model's weights and the KV cache for the requested context fit one device, checked
+in milliseconds before any weight is loaded, with the fixes when they do not.
+
+The budget follows sglang's own sizing (`KVCacheConfigurator._profile_available_bytes`,
+sglang/srt/mem_cache/kv_cache_configurator.py, sglang 0.5.23): the KV pool gets what is left of
+`memory x --mem-fraction-static` once the weights are resident; the other `1 - fraction` is the
+slack for activations and graphs. On top of that this check keeps a reserve (`reserve_bytes`)
+for what is resident besides the weights when the pool is sized: the runtime context, the
+communication buffers of TP > 1 and allocator fragmentation. sglang measures these; sglx,
+before loading, can only bound them, so it keeps max(1 GiB, 2% of the device memory): the HIP
+or CUDA context alone is about 0.5 GiB, RCCL/NCCL buffers a few hundred MiB more.
+
+The numbers are per device:
+- weights: the checkpoint's bytes / TP. Embeddings, norms and (for MLA) parts of attention are
+  replicated on every rank, so this is a lower bound; the reserve absorbs the difference.
+- KV bytes per token, as sglang's `_compute_cell_size` (model_executor/pool_configurator.py):
+  standard attention stores K and V for `max(1, kv_heads // tp)` heads per rank
+  (`ModelConfig.get_num_kv_heads`: heads split across TP ranks, replicated when TP exceeds
+  them) x head_dim x layers x dtype bytes. MLA (DeepSeek-V2/V3) stores one latent of
+  `kv_lora_rank + qk_rope_head_dim` per token per layer (`MLATokenToKVPool.kv_cache_dim`,
+  sglang/srt/mem_cache/memory_pool.py) on every TP rank: the latent is not split by TP.
+- tokens needed: the context rounded up to whole pages, times the requests that must each hold
+  a full context at once (the serving profile's concurrency).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from sglx_core.errors import SglxError
+from sglx_core.serving.model import SERVED_BYTES, ModelShape
+
+GIB = 1 << 30
+RESERVE_MIN_BYTES = 1 * GIB
+RESERVE_FRACTION = 0.02
+"""The reserve kept beside the weights: max(RESERVE_MIN_BYTES, RESERVE_FRACTION x memory)."""
+
+KV_DTYPE_BYTES = {
+    "bfloat16": 2,
+    "bf16": 2,
+    "float16": 2,
+    "fp8_e4m3": 1,
+    "fp8_e5m2": 1,
+    "mxfp8": 1,
+}
+"""Bytes per KV element for each `--kv-cache-dtype` sglx sizes ("auto" is the model's served
+dtype). sglang 0.5.23's choices (arg_groups/fields/model.py) add nvfp4 and fp4_mx_block16,
+CUDA 12.8 only, which no sglx arch serves. mxfp8's per-32 scales (1/32 more) are left out."""
+FP8_KV = ("fp8_e4m3", "fp8_e5m2", "mxfp8")
+
+MAX_TP_SUGGESTED = 64
+"""Largest TP a fix names when this host has too few devices (a bigger host of the fleet)."""
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """The outcome of `check`: the numbers behind it, and the fixes when it does not fit."""
+
+    fits: bool
+    tp: int
+    memory_bytes: int  # per device
+    mem_fraction: float
+    weights_bytes_per_device: int
+    kv_bytes_per_token: int  # per device, after TP split, page rounding ignored
+    kv_dtype: str  # resolved: "auto" is reported as the dtype it stands for ("bfloat16")
+    tokens_fit: int  # KV tokens that fit per device in (memory*fraction - weights - reserve)
+    tokens_needed: int  # context_length (rounded up to whole pages) * concurrency
+    context_length: int
+    concurrency: int
+    fixes: tuple[str, ...]  # ordered: larger TP, shorter context, FP8 KV cache, quantization
+    reserve_bytes: int = 0  # kept beside the weights (see the module docstring)
+
+    @property
+    def memory_needed_bytes(self) -> int:
+        """The device memory at which this setup would fit (what a "low memory" profile
+        reports), with the same fraction, TP and reserve rule."""
+        return memory_needed(
+            self.weights_bytes_per_device + self.kv_bytes_per_token * self.tokens_needed,
+            self.mem_fraction,
+        )
+
+    def summary(self) -> str:
+        """One paragraph with the numbers, for refusals and logs."""
+        budget = int(self.memory_bytes * self.mem_fraction)
+        kv_gib = self.kv_bytes_per_token * self.tokens_needed
+        verdict = "fits" if self.fits else "does not fit"
+        return (
+            f"At --tp {self.tp}, each device has {_gib(self.memory_bytes)} GiB x "
+            f"mem-fraction {self.mem_fraction:g} = {_gib(budget)} GiB: "
+            f"{_gib(self.weights_bytes_per_device)} GiB of weights and "
+            f"{_gib(self.reserve_bytes)} GiB of reserve leave room for {self.tokens_fit:,} "
+            f"tokens of KV cache at {_kib(self.kv_bytes_per_token)} KiB per token "
+            f"({self.kv_dtype}). {self.context_length:,} tokens of context x "
+            f"{_requests(self.concurrency)} need "
+            f"{self.tokens_needed:,} tokens ({_gib(kv_gib)} GiB): {verdict}."
+        )
+
+
+def check(
+    shape: ModelShape,
+    *,
+    memory_bytes: int,
+    tp: int,
+    mem_fraction: float,
+    kv_dtype: str,
+    page_size: int,
+    context_length: int,
+    concurrency: int,
+    devices_available: int,
+    fp8_kv_allowed: bool,
+) -> Capacity:
+    """Whether `shape` at `tp` holds `concurrency` full contexts on devices of `memory_bytes`;
+    when not, `fixes` says what would, each a sentence with its numbers."""
+    _require(memory_bytes >= 1, "the device memory", memory_bytes, "a positive number of bytes")
+    _require(tp >= 1, "--tp", tp, "at least 1")
+    _require(0 < mem_fraction <= 1, "--mem-fraction-static", mem_fraction, "in (0, 1]")
+    _require(page_size >= 1, "--page-size", page_size, "at least 1")
+    _require(context_length >= 1, "--context-length", context_length, "at least 1")
+    _require(concurrency >= 1, "the concurrency", concurrency, "at least 1")
+    kv_name = resolve_kv_dtype(shape, kv_dtype)
+    base = _evaluate(
+        shape, memory_bytes, tp, mem_fraction, kv_name, page_size, context_length, concurrency
+    )
+    if base.fits:
+        return base
+    fixes = [
+        _larger_tp(base, shape, devices_available, page_size),
+        _shorter_context(base, page_size),
+    ]
+    if fp8_kv_allowed and kv_name not in FP8_KV and base.tokens_fit > 0:
+        fixes.append(_fp8_kv(base, shape, page_size))
+    if shape.quantization is None and SERVED_BYTES[shape.dtype] == 2:
+        fixes.append(_quantize(base, shape, page_size))
+    return replace(base, fixes=tuple(fix for fix in fixes if fix))
+
+
+def resolve_kv_dtype(shape: ModelShape, kv_dtype: str) -> str:
+    """The KV dtype `--kv-cache-dtype` stands for: "auto" is the model's served dtype."""
+    if kv_dtype == "auto":
+        return "float16" if shape.dtype == "float32" else shape.dtype
+    if kv_dtype not in KV_DTYPE_BYTES:
+        raise SglxError(
+            f"--kv-cache-dtype {kv_dtype!r} is not one sglx can size",
+            hint=f"use auto or one of {', '.join(KV_DTYPE_BYTES)}",
+            code="usage",
+        )
+    return "bfloat16" if kv_dtype == "bf16" else kv_dtype
+
+
+def kv_bytes_per_token(shape: ModelShape, tp: int, kv_dtype: str) -> int:
+    """KV cache bytes one token takes on one device (`kv_dtype` already resolved)."""
+    element = KV_DTYPE_BYTES[kv_dtype]
+    if shape.kv_lora_rank:
+        return shape.layers * (shape.kv_lora_rank + shape.qk_rope_head_dim) * element
+    heads = max(1, shape.kv_heads // tp)
+    return 2 * shape.layers * heads * shape.head_dim * element
+
+
+def reserve(memory_bytes: int) -> int:
+    """Bytes kept beside the weights on a device of `memory_bytes` (module docstring)."""
+    return max(RESERVE_MIN_BYTES, int(memory_bytes * RESERVE_FRACTION))
+
+
+def memory_needed(resident_bytes: int, mem_fraction: float) -> int:
+    """The smallest device memory M with M x fraction - reserve(M) >= resident_bytes."""
+    small = math.ceil((resident_bytes + RESERVE_MIN_BYTES) / mem_fraction)
+    if reserve(small) == RESERVE_MIN_BYTES or mem_fraction <= RESERVE_FRACTION:
+        return small  # (a fraction this small never fits a large model; `small` says how far)
+    return math.ceil(resident_bytes / (mem_fraction - RESERVE_FRACTION))
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def _evaluate(
+    shape: ModelShape,
+    memory_bytes: int,
+    tp: int,
+    mem_fraction: float,
+    kv_dtype: str,
+    page_size: int,
+    context_length: int,
+    concurrency: int,
+    weight_bytes: int | None = None,
+) -> Capacity:
+    weights = -(-(shape.weight_bytes if weight_bytes is None else weight_bytes) // tp)
+    per_token = kv_bytes_per_token(shape, tp, kv_dtype)
+    kept = reserve(memory_bytes)
+    usable = int(memory_bytes * mem_fraction) - weights - kept
+    tokens_fit = max(0, usable // per_token)
+    needed = _round_up(context_length, page_size) * concurrency
+    return Capacity(
+        fits=tokens_fit >= needed,
+        tp=tp,
+        memory_bytes=memory_bytes,
+        mem_fraction=mem_fraction,
+        weights_bytes_per_device=weights,
+        kv_bytes_per_token=per_token,
+        kv_dtype=kv_dtype,
+        tokens_fit=tokens_fit,
+        tokens_needed=needed,
+        context_length=context_length,
+        concurrency=concurrency,
+        fixes=(),
+        reserve_bytes=kept,
+    )
+
+
+def _again(
+    base: Capacity,
+    shape: ModelShape,
+    page_size: int,
+    *,
+    tp: int | None = None,
+    kv_dtype: str | None = None,
+    weight_bytes: int | None = None,
+) -> Capacity:
+    """`base` evaluated again with one thing changed (no fixes)."""
+    return _evaluate(
+        shape,
+        base.memory_bytes,
+        base.tp if tp is None else tp,
+        base.mem_fraction,
+        base.kv_dtype if kv_dtype is None else kv_dtype,
+        page_size,
+        base.context_length,
+        base.concurrency,
+        weight_bytes,
+    )
+
+
+def _larger_tp(base: Capacity, shape: ModelShape, devices: int, page_size: int) -> str:
+    """The smallest power-of-two TP above the current one that fits: on this host when it has
+    the devices, else on a larger host (up to MAX_TP_SUGGESTED). TP must divide the attention
+    heads (sglang shards them evenly)."""
+    tp = base.tp * 2
+    while tp <= MAX_TP_SUGGESTED:
+        if shape.attention_heads % tp == 0:
+            at = _again(base, shape, page_size, tp=tp)
+            if at.fits:
+                where = (
+                    f"this host has {devices} devices"
+                    if tp <= devices
+                    else f"this needs a host with {tp} devices; this one has {devices}"
+                )
+                return (
+                    f"Use --tp {tp} ({where}): each device then holds "
+                    f"{_gib(at.weights_bytes_per_device)} GiB of weights and room for "
+                    f"{at.tokens_fit:,} tokens, enough for the {at.tokens_needed:,} needed."
+                )
+        tp *= 2
+    return ""
+
+
+def _shorter_context(base: Capacity, page_size: int) -> str:
+    """The longest context that fits at this concurrency, in whole pages and, from 1024 tokens
+    on, a round number of them."""
+    per_request = base.tokens_fit // base.concurrency
+    step = page_size * max(1, 1024 // page_size)
+    context = per_request // step * step if per_request >= step else per_request
+    context = context // page_size * page_size
+    if context < page_size:
+        return ""  # no context fits at this TP: not a fix (the summary has the numbers)
+    return (
+        f"Use --context-length {context}: {_requests(base.concurrency)} of that length "
+        f"{'needs' if base.concurrency == 1 else 'need'} {context * base.concurrency:,} of "
+        f"the {base.tokens_fit:,} tokens of KV cache left at --tp {base.tp}."
+    )
+
+
+def _fp8_kv(base: Capacity, shape: ModelShape, page_size: int) -> str:
+    at = _again(base, shape, page_size, kv_dtype="fp8_e4m3")
+    outcome = "enough for" if at.fits else "still short of"
+    return (
+        f"Use --kv-cache-dtype fp8_e4m3: the KV cache takes {_kib(at.kv_bytes_per_token)} KiB "
+        f"per token instead of {_kib(base.kv_bytes_per_token)} KiB, room for "
+        f"{at.tokens_fit:,} tokens, {outcome} the {at.tokens_needed:,} needed."
+    )
+
+
+def _quantize(base: Capacity, shape: ModelShape, page_size: int) -> str:
+    """FP8 weights: about half the bytes of 16-bit ones (embeddings stay 16-bit; ignored)."""
+    at = _again(base, shape, page_size, weight_bytes=shape.weight_bytes // 2)
+    outcome = "enough for" if at.fits else "still short of"
+    return (
+        "Serve an FP8-quantized checkpoint of the model (or --quantization fp8 where the arch "
+        f"supports it): about {_gib(at.weights_bytes_per_device)} GiB of weights per device "
+        f"instead of {_gib(base.weights_bytes_per_device)} GiB, room for {at.tokens_fit:,} "
+        f"tokens, {outcome} the {at.tokens_needed:,} needed."
+    )
+
+
+def _require(ok: bool, name: str, value: object, expected: str) -> None:
+    if not ok:
+        raise SglxError(
+            f"{name} is {value}; it must be {expected}",
+            hint=f"set {name} to a value {expected}",
+            code="usage",
+        )
+
+
+def _round_up(value: int, step: int) -> int:
+    return -(-value // step) * step
+
+
+def _gib(n: int) -> str:
+    return f"{n / GIB:.1f}"
+
+
+def _kib(n: int) -> str:
+    return f"{n / 1024:g}"
+
+
+def _requests(n: int) -> str:
+    return f"{n} request" if n == 1 else f"{n} requests"

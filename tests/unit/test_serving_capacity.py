@@ -1,0 +1,226 @@
+"""The capacity check on the real model configs: KV bytes per token as sglang sizes its pools,
+the fit against the device memory, and refusals whose fixes are ordered and carry numbers that
+hold when applied."""
+
+from __future__ import annotations
+
+import pytest
+from helpers.model_configs import MODELS, config
+
+from sglx_core.errors import SglxError
+from sglx_core.serving.capacity import Capacity, check, kv_bytes_per_token, reserve
+from sglx_core.serving.model import ModelShape, model_from_config
+
+GIB = 1 << 30
+MI300X_BYTES = (
+    192 * GIB
+)  # 192 GB HBM3 per MI300X: https://www.amd.com/en/products/accelerators/instinct/mi300/mi300x.html
+
+
+def shape(name: str, **changes: object) -> ModelShape:
+    return model_from_config(config(name, **changes))
+
+
+def run(model: ModelShape, **overrides: object) -> Capacity:
+    args: dict[str, object] = {
+        "memory_bytes": MI300X_BYTES,
+        "tp": 1,
+        "mem_fraction": 0.88,
+        "kv_dtype": "auto",
+        "page_size": 1,
+        "context_length": 131072,
+        "concurrency": 1,
+        "devices_available": 8,
+        "fp8_kv_allowed": True,
+    }
+    args.update(overrides)
+    return check(model, **args)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("name", "tp", "kv_dtype", "expected"),
+    [
+        ("llama-3.1-8b", 1, "bfloat16", 2 * 32 * 8 * 128 * 2),  # 128 KiB
+        ("llama-3.1-8b", 8, "bfloat16", 2 * 32 * 1 * 128 * 2),
+        ("llama-3.1-70b", 8, "bfloat16", 2 * 80 * 1 * 128 * 2),  # 40 KiB
+        ("llama-3.1-70b", 1, "fp8_e4m3", 2 * 80 * 8 * 128 * 1),
+        # 2 KV heads at TP 4: each rank keeps one (replicated), as get_num_kv_heads does.
+        ("qwen2.5-0.5b", 4, "bfloat16", 2 * 24 * 1 * 64 * 2),
+        # MLA: one latent of kv_lora_rank + qk_rope_head_dim per layer, on every TP rank.
+        ("deepseek-v2", 1, "bfloat16", 60 * (512 + 64) * 2),  # 69,120 B
+        ("deepseek-v2", 8, "bfloat16", 60 * (512 + 64) * 2),
+    ],
+)
+def test_kv_bytes_per_token(name: str, tp: int, kv_dtype: str, expected: int) -> None:
+    assert kv_bytes_per_token(model_from_config(MODELS[name]), tp, kv_dtype) == expected
+
+
+def test_70b_bf16_on_one_mi300x_at_128k_is_refused_with_ordered_fixes() -> None:
+    result = run(shape("llama-3.1-70b"))
+    assert not result.fits
+    assert result.weights_bytes_per_device == pytest.approx(131.4 * GIB, rel=0.001)
+    assert result.kv_bytes_per_token == 320 * 1024
+    assert result.tokens_needed == 131072
+    assert result.tokens_fit < 131072
+    tp, context, fp8_kv, quantize = result.fixes
+    assert tp.startswith("Use --tp 2 (this host has 8 devices)")
+    assert context.startswith("Use --context-length ")
+    assert fp8_kv.startswith("Use --kv-cache-dtype fp8_e4m3: the KV cache takes 160 KiB")
+    assert quantize.startswith("Serve an FP8-quantized checkpoint")
+    assert "65.7 GiB of weights per device instead of 131.4 GiB" in quantize
+    # The suggested context really fits, in whole 1024-token steps.
+    suggested = int(context.split()[2].rstrip(":"))
+    assert suggested % 1024 == 0
+    assert run(shape("llama-3.1-70b"), context_length=suggested).fits
+    assert not run(shape("llama-3.1-70b"), context_length=suggested + 1024).fits
+    # ... and so does the suggested TP.
+    assert run(shape("llama-3.1-70b"), tp=2).fits
+
+
+def test_summary_gives_the_numbers_in_gib() -> None:
+    text = run(shape("llama-3.1-70b")).summary()
+    assert "At --tp 1, each device has 192.0 GiB x mem-fraction 0.88 = 169.0 GiB" in text
+    assert "131.4 GiB of weights and 3.8 GiB of reserve" in text
+    assert "320 KiB per token (bfloat16)" in text
+    assert "131,072 tokens of context x 1 request need 131,072 tokens (40.0 GiB): does not fit" in (
+        text
+    )
+
+
+def test_qwen_0_5b_on_a_24_gib_cpu_host_fits() -> None:
+    result = run(
+        shape("qwen2.5-0.5b"),
+        memory_bytes=24 * GIB,
+        mem_fraction=0.8,
+        context_length=32768,
+        devices_available=1,
+        fp8_kv_allowed=False,
+    )
+    assert result.fits
+    assert result.fixes == ()
+    assert result.reserve_bytes == GIB
+    assert result.kv_bytes_per_token == 12 * 1024
+
+
+def test_a_larger_tp_on_another_host_is_named_when_this_one_is_too_small() -> None:
+    result = run(shape("llama-3.1-70b"), devices_available=1)
+    assert result.fixes[0].startswith(
+        "Use --tp 2 (this needs a host with 2 devices; this one has 1)"
+    )
+
+
+def test_tp_must_divide_the_attention_heads() -> None:
+    # 14 heads: TP 2 divides them, TP 4 and 8 do not; a fit needing more than TP 2 names none.
+    small = run(shape("qwen2.5-0.5b"), memory_bytes=2 * GIB, context_length=1 << 20)
+    assert not small.fits
+    assert not small.fixes[0].startswith("Use --tp")
+
+
+def test_deepseek_v2_mla_cache_is_not_split_by_tp() -> None:
+    model = shape("deepseek-v2")
+    at_8 = run(model, tp=8, concurrency=4)
+    assert at_8.fits
+    assert at_8.kv_bytes_per_token == 69120
+    one = run(model, tp=1)
+    assert not one.fits  # 471 GB of weights on one 192 GiB device
+    assert one.tokens_fit == 0
+    assert one.fixes[0].startswith("Use --tp 4 (this host has 8 devices)")
+    # No shorter context fits at TP 1 either: that is no fix, so it is not listed.
+    assert not any("--context-length" in fix for fix in one.fixes)
+    # No FP8 KV fix when not even the weights fit: it would free nothing that matters.
+    assert not any("--kv-cache-dtype" in fix for fix in one.fixes)
+
+
+def test_fp8_kv_fix_only_where_the_arch_allows_it_and_not_twice() -> None:
+    model = shape("llama-3.1-70b")
+    assert not any("--kv-cache-dtype" in f for f in run(model, fp8_kv_allowed=False).fixes)
+    assert not any("--kv-cache-dtype" in f for f in run(model, kv_dtype="fp8_e5m2").fixes)
+
+
+def test_a_quantized_model_gets_no_quantization_fix() -> None:
+    model = shape("llama-3.1-70b", quantization_config={"quant_method": "fp8"})
+    result = run(model, context_length=1 << 20)
+    assert not result.fits
+    assert not any("FP8-quantized" in fix for fix in result.fixes)
+
+
+def test_context_is_rounded_up_to_whole_pages() -> None:
+    result = run(shape("llama-3.1-8b"), page_size=128, context_length=1000, concurrency=3)
+    assert result.tokens_needed == 1024 * 3
+
+
+def test_auto_kv_dtype_of_a_float32_model_is_float16() -> None:
+    result = run(shape("llama-3.1-8b", torch_dtype="float32"), context_length=1024)
+    assert result.kv_dtype == "float16"
+    assert result.kv_bytes_per_token == 128 * 1024
+
+
+def test_memory_needed_is_where_it_starts_to_fit() -> None:
+    first = run(shape("llama-3.1-70b"))
+    needed = first.memory_needed_bytes
+    assert run(shape("llama-3.1-70b"), memory_bytes=needed).fits
+    assert not run(shape("llama-3.1-70b"), memory_bytes=needed - 64 * 1024 * 1024).fits
+    assert 190 * GIB < needed < 210 * GIB
+
+
+def test_reserve_is_a_gib_or_two_percent() -> None:
+    assert reserve(24 * GIB) == GIB
+    assert reserve(192 * GIB) == int(192 * GIB * 0.02)
+
+
+def test_the_kunlun_seed_example_32k_tokens_on_a_7b_model() -> None:
+    """The issue quotes the Kunlun seed: "32K tokens on a 7B model needing about 40 GB".
+
+    A Qwen2-7B-like model without GQA (28 layers, hidden 3584, 28 heads of 128, all 28 of them
+    KV heads; Qwen2-7B itself has 4 KV heads) takes 2 x 28 x 28 x 128 x 2 = 392 KiB of bf16 KV
+    cache per token: 12.25 GiB for 32K tokens. Its ~8.2B parameters take 15.3 GiB, so one 32K
+    request needs 27.6 GiB and two need 39.8 GiB, the seed's "about 40 GB". With GQA (4 KV
+    heads, which also shrink the k and v projections) the same two requests need 17.7 GiB.
+    """
+    mha = {
+        "architectures": ["Qwen2ForCausalLM"],
+        "hidden_size": 3584,
+        "intermediate_size": 18944,
+        "num_attention_heads": 28,
+        "num_hidden_layers": 28,
+        "num_key_value_heads": 28,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+        "vocab_size": 152064,
+    }
+    model = model_from_config(mha)
+    assert model.kv_heads == 28
+    one = run(model, context_length=32768, concurrency=1)
+    two = run(model, context_length=32768, concurrency=2)
+    assert one.kv_bytes_per_token == 392 * 1024
+
+    def resident(c: Capacity) -> float:
+        return (c.weights_bytes_per_device + c.kv_bytes_per_token * c.tokens_needed) / GIB
+
+    assert resident(one) == pytest.approx(27.6, abs=0.1)
+    assert resident(two) == pytest.approx(39.8, abs=0.1)
+    gqa = run(
+        model_from_config({**mha, "num_key_value_heads": 4}), context_length=32768, concurrency=2
+    )
+    assert resident(gqa) == pytest.approx(17.7, abs=0.1)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"tp": 0}, "--tp is 0"),
+        ({"mem_fraction": 1.5}, "--mem-fraction-static is 1.5"),
+        ({"mem_fraction": 0}, "--mem-fraction-static is 0"),
+        ({"context_length": 0}, "--context-length is 0"),
+        ({"page_size": 0}, "--page-size is 0"),
+        ({"concurrency": 0}, "the concurrency is 0"),
+        ({"memory_bytes": 0}, "the device memory is 0"),
+        ({"kv_dtype": "int4"}, "--kv-cache-dtype 'int4' is not one sglx can size"),
+    ],
+)
+def test_bad_arguments_are_refused_naming_the_flag(
+    overrides: dict[str, object], message: str
+) -> None:
+    with pytest.raises(SglxError, match=message) as caught:
+        run(shape("llama-3.1-8b"), **overrides)
+    assert caught.value.hint
