@@ -32,6 +32,8 @@ from probes import (
     server_process,
 )
 
+from sglx_core.jit_cache import host_folder
+
 pytestmark = pytest.mark.acceptance
 
 ROLLOUT = "run rollout.yml for this host"
@@ -200,6 +202,46 @@ def test_running_container_shares_the_device_init_lock(host: Any, facts: HostFac
     ]
     if wrong:
         problem(f"{facts.container}: {'; '.join(wrong)}", ROLLOUT)
+
+
+def test_running_container_mounts_its_jit_cache(host: Any, facts: HostFacts) -> None:
+    """The running image's node-local JIT cache folder (<root>/<image id hex>) is on the host,
+    a folder owned by the container's uid with mode 0700, and is what the container has
+    mounted at the profile's target: the server loads code from it, and a restart finds it warm.
+    """
+    cache = facts["sglang_service_jit_cache"]
+    if not cache:
+        pytest.skip("the profile has no node-local JIT cache (vars rendered before it existed)")
+    inspect = running_container(host, facts)
+    root = str(facts.vars.get("sglang_service_jit_cache_root") or cache["host_root"])
+    folder = host_folder(root, str(inspect["Image"]))
+    wrong = []
+    found = host.file(folder)
+    if found.is_symlink or (found.exists and not found.is_directory):
+        wrong.append(f"{folder} is not a folder")
+    elif not found.exists:
+        wrong.append(f"{folder} does not exist")
+    else:
+        if found.uid != cache["uid"]:
+            wrong.append(f"{folder} is owned by uid {found.uid}, not {cache['uid']}")
+        if found.mode != int(str(cache["mode"]), 8):
+            wrong.append(f"{folder} has mode {found.mode:04o}, not {cache['mode']}")
+    mounted = {
+        m.get("Destination"): m.get("Source")
+        for m in inspect.get("Mounts") or []
+        if m.get("Type") == "bind"
+    }
+    if mounted.get(cache["target"]) != folder:
+        where = mounted.get(cache["target"])
+        wrong.append(
+            f"{folder} is not mounted at {cache['target']}" + (f" ({where} is)" if where else "")
+        )
+    if wrong:
+        problem(
+            f"{facts.container}: {'; '.join(wrong)}",
+            f"{ROLLOUT} (it creates the folder, owned by uid {cache['uid']}, mode "
+            f"{cache['mode']}, and restarts the server with it mounted)",
+        )
 
 
 # Run on the host (python3 is there for Ansible): /health; the second adds a one-token completion.

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +48,16 @@ def _private_cache_dir(
     """Per-user caches (the verified-hash cache of `sglx wheels verify`) go to a folder of the
     test session, never the real ~/.cache/sglx."""
     monkeypatch.setenv("SGLX_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "sglx-cache"))
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _private_jit_root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The node-local JIT cache folders install.sh and `sglx bundle install` create (as root)
+    go to a folder of the test session, never this machine's /var/cache/sglx/jit. Session
+    scope: the module fixtures that install a bundle are set up before any function's."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SGLX_JIT_ROOT", str(tmp_path_factory.getbasetemp() / "sglx-jit"))
+        yield
 
 
 CliRunner = Callable[..., tuple[int, str, str]]

@@ -105,8 +105,15 @@ def _gpu_target(device_type: str, index: int) -> TritonTarget:
     return TritonTarget(backend=str(raw.backend), arch=arch_name, warp_size=int(raw.warp_size))
 
 
+# Set only while sglx_kernels.warm compiles for a device this process cannot see: the target
+# every launch is planned for then.
+compile_only_target: TritonTarget | None = None
+
+
 def target_for(device: torch.device) -> TritonTarget:
     """The Triton target that kernels launched on `device` compile for (cached per device)."""
+    if compile_only_target is not None:
+        return compile_only_target
     if INTERPRETED:
         return _INTERPRETER_TARGET
     return _gpu_target(device.type, _device_index(device))

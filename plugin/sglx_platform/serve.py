@@ -9,7 +9,8 @@ exactly those arguments beside it. The server inherits this process's environmen
 chosen serving profile's variables where `docker run -e` did not set them. The profile's SGLang
 defaults and refusals are applied inside sglang by the sglx platform, so they are not repeated
 here. A model that cannot fit, or a host no serving profile can run, is refused before the
-server starts (exit 2), with the numbers and the fixes.
+server starts (exit 2), with the numbers and the fixes; so is a node-local JIT cache folder that
+is not the server's own, mode 0700, since the server loads code from it (sglx_platform.jit_cache).
 
 `sglx-serve --list-profiles` and `--dry-run` (each with `--json`) answer without starting
 anything and without importing torch or sglang: every serving profile sorted into runnable, low
@@ -31,7 +32,7 @@ from pathlib import Path
 from types import FrameType
 
 from sglx_core.errors import SglxError
-from sglx_platform import profiling, serving
+from sglx_platform import jit_cache, profiling, serving, warm_cache
 from sglx_platform.baked import baked_profile
 
 # Where sglx-serve leaves the port it started the server on, for the healthcheck.
@@ -87,9 +88,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     for line in serving.log_lines(chosen):
         _say(line)
+    try:
+        jit_cache.checked_cache_root()  # the server loads code from it: refused unless private
+    except SglxError as error:
+        _say(f"refused before starting the server: {error}")
+        return 2
     os.environ.update(chosen.env)  # the server and preflight inherit it
     argv = server_argv(chosen.resolution.argv if chosen.resolution else user_args)
     _announce_demo(Path(os.environ.get(MODEL_ENV, DEFAULT_MODEL)))
+    _say(_install_prebuilt_cache())
     mode = preflight_mode()
     if mode == "first" and (code := _preflight(argv)) != 0:
         _say(f"preflight failed (exit {code}); not starting the server")
@@ -113,6 +120,15 @@ def main(argv: list[str] | None = None) -> int:
         table = profiling.summary_of_reports(profiling.report_dir(), since=started)
         _say(f"the server's fallback profile (reports in {profiling.report_dir()}):\n{table}")
     return code
+
+
+def _install_prebuilt_cache() -> str:
+    """The image's prebuilt Triton cache into the node-local one, when it fits the devices; a
+    cache that does not fit, or a damaged one, is reported and left out, never fatal."""
+    try:
+        return warm_cache.install(baked_profile(), warm_cache.triton_cache_dir()).line()
+    except (SglxError, OSError) as error:
+        return f"prebuilt Triton cache not used: {error}"
 
 
 def _plan(user_args: list[str]) -> serving.Plan:

@@ -23,3 +23,35 @@ def docker_client(timeout: int = 600) -> Any:
             code="environment",
         ) from None
     return client
+
+
+def read_image_file(client: Any, image_id: str, path: str, max_bytes: int) -> bytes | None:
+    """The bytes of the regular file `path` in an image, read from a container that is never
+    started; None when it is absent, not a regular file, or larger than `max_bytes`."""
+    import io
+    import tarfile
+
+    from docker.errors import DockerException
+
+    container = client.api.create_container(
+        image_id, command=["/sglx-read-never-runs"], network_disabled=True
+    )
+    try:
+        stream, stat = client.api.get_archive(container["Id"], path)
+        if int(stat.get("size", 0)) > max_bytes:
+            return None
+        data = bytearray()
+        for chunk in stream:
+            data += chunk
+            if len(data) > max_bytes + (1 << 20):  # the tar adds headers only
+                return None
+        with tarfile.open(fileobj=io.BytesIO(bytes(data))) as tar:
+            member = tar.next()
+            if member is None or not member.isfile():
+                return None
+            handle = tar.extractfile(member)
+            return handle.read() if handle is not None else None
+    except (DockerException, tarfile.TarError):
+        return None
+    finally:
+        client.api.remove_container(container["Id"], force=True)

@@ -9,18 +9,28 @@ the bundle's meta/run.json, written from it at create time). What only the host 
 extra environment, and the numeric GIDs of the profile's groups when the profile asks for them
 (devices.numeric_gids: the image cannot know the host's render GID), looked up on the host by
 each consumer (Ansible's getent, `getent group` in install.sh, Python's grp).
+
+The image id, when the consumer knows it, names the node-local JIT cache folder
+(sglx_core.jit_cache): `<host_root>/<id hex>`, mounted at the profile's target and named in
+SGLX_JIT_CACHE_HOST. Whoever starts the server creates it first, owned by the container's uid,
+mode 0700 (`make_jit_folder`; the role's `file:` task; install.sh's mkdir, chown, chmod).
 """
 
 from __future__ import annotations
 
+import contextlib
 import grp
+import os
+import stat
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from sglx_core.device_lock import lock_dir_words
 from sglx_core.env_floors import raised
 from sglx_core.errors import SglxError
+from sglx_core.jit_cache import HOST_ENV, MODE, host_folder
 from sglx_core.profile import Profile
 
 MODEL_TARGET = "/models/model"
@@ -45,6 +55,16 @@ class Mount:
 
 
 @dataclass(frozen=True)
+class JitCache:
+    """The node-local JIT cache (profile container.jit_cache): the folder in the container, the
+    host folder that holds one folder per image id, and the uid that owns them."""
+
+    target: str
+    host_root: str
+    uid: int
+
+
+@dataclass(frozen=True)
 class RunSpec:
     """Everything about `docker run` that follows from the profile."""
 
@@ -59,6 +79,8 @@ class RunSpec:
     lock: tuple[str, ...]  # the device-init lock folder's -v and -e words (sglx_core.device_lock)
     env: dict[str, str]  # the profile's environment with its floors raised
     raised: dict[str, str]  # which variables the floors raised, to what
+    # None in the run.json of a bundle made before it existed: no cache folder is mounted.
+    jit_cache: JitCache | None = None
     restart: str = RESTART
     model_target: str = MODEL_TARGET
     server_args: tuple[str, ...] = ()
@@ -83,6 +105,7 @@ class RunSpec:
                     "mounts": tuple(Mount(**m) for m in data["mounts"]),
                     "lock": _strs(data["lock"]),
                     "server_args": _strs(data["server_args"]),
+                    "jit_cache": _jit_cache(data.get("jit_cache")),
                 }
             )
             words = [*spec.options, *spec.lock, *spec.server_args, *spec.groups]
@@ -90,6 +113,10 @@ class RunSpec:
             words += [w for d in spec.devices for w in (d.path,)]
             words += [w for m in spec.mounts for w in (m.source, m.target)]
             words += [w for kv in spec.env.items() for w in kv]
+            if spec.jit_cache is not None:
+                words += [spec.jit_cache.target, spec.jit_cache.host_root]
+                if type(spec.jit_cache.uid) is not int or spec.jit_cache.uid < 0:
+                    raise ValueError("jit_cache.uid is not a uid")
             if not all(isinstance(w, str) for w in words) or not isinstance(spec.port, int):
                 raise ValueError("a value is not a string")
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
@@ -106,6 +133,10 @@ def _strs(values: Any) -> tuple[str, ...]:
     if not isinstance(values, list | tuple):
         raise TypeError("expected a list")
     return tuple(values)
+
+
+def _jit_cache(value: Any) -> JitCache | None:
+    return None if value is None else JitCache(**value)
 
 
 def run_spec(profile: Profile) -> RunSpec:
@@ -132,6 +163,7 @@ def run_spec(profile: Profile) -> RunSpec:
         lock=tuple(lock_dir_words(profile)),
         env={**env, **up},
         raised=up,
+        jit_cache=JitCache(c.jit_cache.target, c.jit_cache.host_root, c.uid),
     )
 
 
@@ -149,6 +181,60 @@ class Site:
     gids: Mapping[str, int] = field(default_factory=dict)
     detached: bool = True  # install.sh, bundle install: -d and docker's restart policy
     present: Callable[[str], bool] | None = None  # which optional mount sources exist
+    # The image's id (sha256:...): it names the JIT cache folder; None = no cache folder.
+    image_id: str | None = None
+    # The site's root of the JIT cache folders; None = the profile's host_root.
+    jit_root: str | None = None
+
+
+def jit_folder(spec: RunSpec, site: Site) -> str | None:
+    """The host folder of the site's image's JIT cache, or None when none is mounted (no image
+    id, or a spec from before the cache existed)."""
+    if spec.jit_cache is None or site.image_id is None:
+        return None
+    return host_folder(site.jit_root or spec.jit_cache.host_root, site.image_id)
+
+
+def jit_words(spec: RunSpec, folder: str) -> list[str]:
+    """`docker run` arguments: the host folder mounted read-write at the target, and the
+    variable that names the host folder inside (for the refusal's fix)."""
+    assert spec.jit_cache is not None
+    return ["-v", f"{folder}:{spec.jit_cache.target}", "-e", f"{HOST_ENV}={folder}"]
+
+
+def make_jit_folder(spec: RunSpec, folder: str) -> bool:
+    """Create `folder` (and its root, root-owned 0755) owned by the spec's uid, mode 0700, as
+    root does before starting the server; True when it was created or fixed, False when it was
+    right already. A link in its place is refused, never followed."""
+    assert spec.jit_cache is not None
+    path, uid = Path(folder), spec.jit_cache.uid
+    try:
+        path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+        with contextlib.suppress(FileExistsError):
+            path.mkdir(MODE)
+        info = path.lstat()
+        if not stat.S_ISDIR(info.st_mode):
+            raise SglxError(
+                f"the JIT cache folder {path} is not a folder (a link or a file is there)",
+                hint=f"remove {path}, then run this again: sglx creates it, owned by uid {uid}, "
+                "mode 0700",
+                code="environment",
+                path=str(path),
+            )
+        if info.st_uid == uid and stat.S_IMODE(info.st_mode) == MODE:
+            return False
+        if info.st_uid != uid:
+            os.lchown(path, uid, -1)
+        path.chmod(MODE)
+    except OSError as exc:
+        raise SglxError(
+            f"cannot create the JIT cache folder {path} owned by uid {uid}, mode 0700: "
+            f"{exc.strerror or exc}",
+            hint="run as root, or pass --jit-root DIR (a folder this user may chown in)",
+            code="environment",
+            path=str(path),
+        ) from None
+    return True
 
 
 def host_gids(spec: RunSpec, lookup: Callable[[str], Any] | None = None) -> dict[str, int]:
@@ -197,13 +283,16 @@ def head_words(spec: RunSpec, site: Site) -> list[str]:
 
 
 def tail_words(spec: RunSpec, site: Site) -> list[str]:
-    """`docker run` after the groups: mounts, lock, model, environment, image."""
+    """`docker run` after the groups: mounts, lock, JIT cache, model, environment, image."""
     words: list[str] = []
     for mount in spec.mounts:
         if not mount.required and site.present is not None and not site.present(mount.source):
             continue
         words += ["-v", f"{mount.source}:{mount.target}" + (":ro" if mount.read_only else "")]
     words += spec.lock
+    folder = jit_folder(spec, site)
+    if folder is not None:
+        words += jit_words(spec, folder)
     if site.model_dir:
         words += ["-v", f"{site.model_dir}:{spec.model_target}:ro"]
     for key, value in sorted({**spec.env, **site.extra_env}.items()):
@@ -229,4 +318,8 @@ def ansible_vars(spec: RunSpec) -> dict[str, Any]:
         "sglang_service_groups": list(spec.groups),
         "sglang_service_numeric_gids": spec.numeric_gids,
         "sglang_service_env": dict(spec.env),
+        # The unit mounts <host_root or the site's>/<image id hex> at target, naming it in env.
+        "sglang_service_jit_cache": {}
+        if spec.jit_cache is None
+        else {**asdict(spec.jit_cache), "mode": f"{MODE:04o}", "env": HOST_ENV},
     }

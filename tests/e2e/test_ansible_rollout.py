@@ -6,17 +6,28 @@ acceptance checks, three breaks on one host that the checks name and a playbook 
 failed upgrade that is rolled back.
 
 The hosts share this machine's engine (see helpers/test_hosts.py). Consequences the test
-names: the image of a bundle is "already loaded" on every host once it is in the engine, so
+names: a bind mount's source is a path of this machine, so each host's node-local JIT cache
+root is a folder of the run that the host sees at the same path (`sglang_service_jit_cache_root`);
+the image of a bundle is "already loaded" on every host once it is in the engine, so
 the install step is checked by its verification report on each host (install.sh hashed every
-file there) and by the image id each host's unit runs. The hosts are configured with gfx942's
-variables on fixture device nodes (preflight checks them as gfx942 hosts), while the server
-they run is the cpu bundle's (no GPU here), so rollout and acceptance use the cpu profile.
+file there) and by the image id each host's unit runs; and a delta's parent layers are always
+there (the first version's image, which both hosts run), so a delta on a host without them is
+not met here: tests/integration/test_bundle_delta.py refuses one on the real engine, and
+tests/unit/test_ansible_bundle_delta.py through bundle_install. The hosts are configured
+with gfx942's variables on fixture device nodes (preflight checks them as gfx942 hosts), while
+the server they run is the cpu bundle's (no GPU here), so rollout and acceptance use the cpu
+profile.
 
-The second bundle version is the cpu image plus one LABEL (`docker build`, seconds, no new
-layer content), bundled like any image: that is the cheapest honest second version, since a
-bundle always carries a full `docker save` of its image. The cpu chain (image, bundle) and
-then that second version are made in a thread from the fleet's start: site.yml and the
-preflight checks need only the hosts, and the upgrade does not wait for that save.
+The second bundle version is the cpu image plus one LABEL and one small file (`docker build`,
+seconds: one new layer, standing in for a plugin-only fix), bundled as an upgrade is: a delta
+over the first bundle (`sglx bundle create --since`), whose archive carries the new layer, the
+image config and manifest, and takes every other layer from the first bundle's image. The
+failed-upgrade test records both bundles' bytes and asserts that the delta is under 1% of the
+full bundle. Once bundled, that image is removed from the engine, so host-a's install.sh loads
+the delta over the first version's layers, into the image id the build gave it (checked). The
+cpu chain (image, bundle) and then that second version are made, one after the other, in a
+thread from the fleet's start: site.yml and the preflight checks need only the hosts, and the
+upgrade does not wait for the saves (a delta's create still streams the whole `docker save`).
 """
 
 from __future__ import annotations
@@ -92,6 +103,8 @@ class Fleet:
                 # Every version of the fleet runs with it, so hosts differ only where a test
                 # makes them differ (test_rollout_serves_on_both_hosts_idempotently reads it).
                 "sglang_service_args": ["--download-dir", ODD_ARG],
+                # The engine mounts this machine's path: the host sees it at the same one.
+                "sglang_service_jit_cache_root": str(jit_root(self.work, host)),
                 **host_vars.get(host.name, {}),
             }
         inventory: dict[str, Any] = {"sglx": {"hosts": hosts}}
@@ -128,10 +141,14 @@ class Fleet:
     def timing(self, what: str, seconds: float, detail: Sequence[str] = ()) -> None:
         """One line per playbook run and host check in timings.txt (in $SGLX_TEST_REPORTS
         when set, else the work folder): where the e2e's minutes go."""
+        self.note(f"{seconds:7.1f} s  {what}", detail)
+
+    def note(self, line: str, detail: Sequence[str] = ()) -> None:
+        """A line (and its indented detail) of timings.txt: timings, and the bundles' sizes."""
         folder = Path(os.environ.get("SGLX_TEST_REPORTS") or self.work)
         folder.mkdir(parents=True, exist_ok=True)
         with (folder / "e2e-ansible-timings.txt").open("a") as out:
-            out.write(f"{seconds:7.1f} s  {what}\n" + "".join(f"          {d}\n" for d in detail))
+            out.write(f"{line}\n" + "".join(f"          {d}\n" for d in detail))
 
     def check(self, name: str, inventory: Path, mode: str, *extra: str) -> tuple[int, dict]:
         """`sglx hosts check` as an operator runs it; its JUnit report is kept under
@@ -152,6 +169,12 @@ class Fleet:
         return done.returncode, envelope
 
 
+def jit_root(work: Path, host: SshHost) -> Path:
+    """The host's root of the node-local JIT cache folders: a folder of this machine (whose
+    paths the shared engine mounts), mounted into the host at the same path."""
+    return work / f"jit-{host.name}"
+
+
 def slowest_tasks(folder: Path, count: int = 6) -> list[str]:
     """The slowest tasks of one playbook run, from ansible-core's junit callback (one file per
     run; a testcase per task and host, with its seconds)."""
@@ -167,7 +190,8 @@ def slowest_tasks(folder: Path, count: int = 6) -> list[str]:
 BOTH = ("-e", "sglx_rollout_serial=2")
 SERVING_CHECKS = (
     "bundle_image_present", "service_active", "running_server_environment",
-    "running_container_shares_the_device_init_lock", "health_and_completion",
+    "running_container_shares_the_device_init_lock", "running_container_mounts_its_jit_cache",
+    "health_and_completion",
     "group_runs_the_same", "image_preflight", "serving_profile_selected",
 )  # fmt: skip
 
@@ -214,20 +238,19 @@ def fleet(
     added_images: list[str] = []
     making = ThreadPoolExecutor(max_workers=1)
     try:
-        # One after the other, beside the tests: the chain (wheels, image, bundle: the
-        # rollout waits for it through the cpu_bundle fixture), then the second version.
+        # One after the other, beside the tests (one worker: in the order submitted): the
+        # chain (wheels, image, bundle: the rollout waits for it through the cpu_bundle
+        # fixture), then the second version, a delta over that bundle.
         making.submit(make_cpu_bundle, config, tmp_path_factory, run_id)
         v2_tag = f"sglx-test/cpu-v2:{run_id}"
         added_images.append(v2_tag)  # host-a's server still runs it at the end
-        v2 = making.submit(
-            lambda: second_version(
-                build_cpu_image(config, tmp_path_factory, run_id)["tag"], v2_tag, bundles / "v2"
-            )
-        )
+        v2 = making.submit(second_version, config, tmp_path_factory, run_id, v2_tag, bundles / "v2")
         build_host_image(base, image, work, key.with_suffix(".pub"))
         shared = shared_folder(config)
         for host in hosts:
-            host.start(image, ["-v", f"{shared}:{shared}:ro"])
+            jit = jit_root(work, host)
+            jit.mkdir()
+            host.start(image, ["-v", f"{shared}:{shared}:ro", "-v", f"{jit}:{jit}"])
         fleet = Fleet(work, hosts, key, {h.name: free_port() for h in hosts})
         fleet.state["added_images"] = added_images
         fleet.state["v2"] = v2
@@ -241,21 +264,41 @@ def fleet(
         shutil.rmtree(bundles, ignore_errors=True)
 
 
-def bundle(tag: str, out: Path) -> str:
-    """`sglx bundle create` of `tag` into `out` (no scan: the integration tests scan it)."""
-    sh(str(BIN / "sglx"), "bundle", "create", "--arch", "cpu", "--image", tag, "--out", str(out),
-       "--no-scan", "-q")  # fmt: skip
-    return json.loads((out / "bundle.json").read_text())["image"]["id"]
+def second_version(
+    config: pytest.Config,
+    tmp_path_factory: pytest.TempPathFactory,
+    run_id: str,
+    tag: str,
+    out: Path,
+) -> tuple[Path, str]:
+    """The cpu image plus one LABEL and one small file (one new layer), bundled as a delta over
+    the session's cpu bundle (`--since`; no scan: the integration tests scan the cpu image),
+    then removed from the engine, so that the upgrade loads it from the delta. Its bundle
+    folder and image id.
 
-
-def second_version(source: str, tag: str, out: Path) -> tuple[Path, str]:
-    """`source` plus one LABEL (no new layer content), bundled like any image: the cheapest
-    honest second version. Its bundle folder and image id."""
+    The first bundle is made before it by the same one-worker thread; asking for it here
+    returns it (helpers/run_shared.once), or fails with why it was not made."""
+    v1 = make_cpu_bundle(config, tmp_path_factory, run_id)["path"]
+    assert (v1 / "bundle.json").is_file(), v1
+    source = build_cpu_image(config, tmp_path_factory, run_id)["tag"]
     context = out.with_name(out.name + "-context")
     context.mkdir()
-    (context / "Dockerfile").write_text(f"FROM {source}\nLABEL io.sglx.test.version=2\n")
+    (context / "plugin-fix.txt").write_text("a plugin-only fix stands in here\n" * 1024)
+    (context / "Dockerfile").write_text(
+        f"FROM {source}\nLABEL io.sglx.test.version=2\n"
+        "COPY plugin-fix.txt /opt/sglx-test/plugin-fix.txt\n"
+    )
     sh("docker", "build", "-q", "-t", tag, str(context))
-    return out, bundle(tag, out)
+    sh(str(BIN / "sglx"), "bundle", "create", "--arch", "cpu", "--image", tag, "--out", str(out),
+       "--since", str(v1), "--no-scan", "-q")  # fmt: skip
+    image_id = str(json.loads((out / "bundle.json").read_text())["image"]["id"])
+    sh("docker", "rmi", tag)  # its layers but the new one stay: the first version's image's
+    return out, image_id
+
+
+def bundle_bytes(folder: Path) -> int:
+    """Every file of a bundle folder: what is carried into the site."""
+    return sum(path.stat().st_size for path in folder.rglob("*") if path.is_file())
 
 
 def digest_of(folder: Path) -> str:
@@ -472,13 +515,19 @@ def test_a_hand_changed_server_flag_is_named_and_rollout_restores_it(fleet: Flee
 
 
 def test_a_failed_upgrade_is_rolled_back(fleet: Fleet) -> None:
-    """A second bundle version (made since the fleet started, see `fleet`); host-b's model is
-    broken, so its health gate fails: the rollout stops, host-b runs the first version again
-    and serves, host-a serves the new one."""
+    """A second bundle version, a delta over the first (made since the fleet started, see
+    `fleet`); host-b's model is broken, so its health gate fails: the rollout stops, host-b runs
+    the first version again and serves, host-a serves the new one, loaded from the delta."""
     a, b = fleet.hosts
     v1, v1_id = fleet.state["v1"], fleet.state["v1_id"]
     v2, v2_id = fleet.state["v2"].result(timeout=1200)
     try:
+        full, delta = bundle_bytes(v1), bundle_bytes(v2)
+        fleet.note(f"bundle bytes: v1 (full) {full:,}, v2 (delta over v1) {delta:,}: "
+                   f"{100 * delta / full:.4f} % of v1")  # fmt: skip
+        image = json.loads((v2 / "bundle.json").read_text())["image"]
+        assert image["parent"]["digest"] == digest_of(v1), image["parent"]
+        assert image["parent"]["image_id"] == v1_id, image["parent"]
         b.exec("mkdir -p /srv/broken-model && echo '{not json' >/srv/broken-model/config.json")
         # The gate fails at the first crash, one second after it (site settings): what it
         # proves is the same as after three crashes, at a third of the server starts.
@@ -505,6 +554,13 @@ def test_a_failed_upgrade_is_rolled_back(fleet: Fleet) -> None:
         assert failures(report) == {("host-b", "group_runs_the_same")}, report
         said = message(report, "host-b", "group_runs_the_same")
         assert f"image: '{v1_id}' here, '{v2_id}' on the others" in said
+        # host-a loaded the delta over the first version's layers (host-b then found it
+        # loaded: one engine); the archive carried the new layer alone.
+        log = a.exec(f"cat /var/lib/sglx/bundles/{digest_of(v2).replace(':', '-')}.log")
+        assert f"loading {image['ref']} from 1 chunks" in log, log
+        *below, top = (layer["carried"] for layer in image["layers"])
+        assert top and not any(below), image["layers"]
+        assert delta < full / 100, (delta, full)  # issue 26: a plugin-only change, under 1 %
     finally:
         shutil.rmtree(v2, ignore_errors=True)
 

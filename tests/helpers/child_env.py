@@ -21,10 +21,17 @@ _fixed: MappingProxyType[str, str] | None = None
 
 def freeze(config: pytest.Config) -> None:
     """Take the copy (from pytest_sessionstart, before any test). Per-user caches go to a
-    folder of the run, never the real ~/.cache/sglx, as the tests' own do (conftest.py)."""
+    folder of the run, never the real ~/.cache/sglx, and so do the JIT cache folders install.sh
+    and `sglx bundle install` create, never /var/cache/sglx/jit, as the tests' own (conftest.py)."""
     global _fixed
     base = Path(config._tmp_path_factory.getbasetemp())  # type: ignore[attr-defined]
-    _fixed = MappingProxyType({**os.environ, "SGLX_CACHE_DIR": str(base / "sglx-cache")})
+    _fixed = MappingProxyType(
+        {
+            **os.environ,
+            "SGLX_CACHE_DIR": str(base / "sglx-cache"),
+            "SGLX_JIT_ROOT": str(base / "sglx-jit"),
+        }
+    )
 
 
 def child_environment(**extra: str) -> dict[str, str]:

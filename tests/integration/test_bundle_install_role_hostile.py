@@ -190,3 +190,13 @@ def test_the_roles_rules_are_sglxs() -> None:
     assert rules["_bundle_install_max_sums_bytes"] == install_sh.MAX_SUMS_BYTES
     assert rules["_bundle_install_max_manifest_bytes"] == layout.MAX_MANIFEST_BYTES
     assert rules["_bundle_install_sign_namespace"] == layout.SIGN_NAMESPACE
+    # A delta bundle's image record (tasks/image.yml).
+    fields = {**manifest.LayerEntry.model_fields, **manifest.ParentRecord.model_fields}
+    for name in ("diff_id", "chain_id", "digest", "image_id"):
+        assert rules["_bundle_install_id_pattern"] == fields[name].metadata[0].pattern, name
+    assert rules["_bundle_install_layer_fields"] == list(manifest.LayerEntry.model_fields)
+    assert rules["_bundle_install_parent_fields"] == list(manifest.ParentRecord.model_fields)
+    bundle_name = manifest.ParentRecord.model_fields["bundle"].metadata[0]
+    assert rules["_bundle_install_parent_bundle_pattern"] == bundle_name.pattern
+    assert bundle_name.max_length == 255  # image.yml's bound
+    assert rules["_bundle_install_max_layers"] == layout.MAX_LAYERS

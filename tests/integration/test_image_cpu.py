@@ -2,22 +2,31 @@
 
 One cold build (demo model, base debootstrapped by the session), one container answering
 /health, /v1/models and a greedy completion, and one rebuild after touching only plugin code.
+The container runs as the run spec says (sglx.run_spec: the line install.sh and `sglx bundle
+install` print), so it mounts its node-local JIT cache folder; one restart from the same line
+shows the folder persists, and a folder that is not private stops the server before sglang.
 """
 
 from __future__ import annotations
 
 import io
 import json
+import re
+import subprocess
 import tarfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 from helpers.engine_fixtures import build, free_port, remove_images
+from helpers.jit_cache import cache_entries
 from helpers.server import http, transformers_greedy, wait_healthy
 
+from sglx.run_spec import Site, docker_run_words, jit_folder, make_jit_folder, run_spec
 from sglx.wheels.steps import load_lock
+from sglx_core.jit_cache import HOST_ENV
 from sglx_core.profile import load_profile
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -53,34 +62,73 @@ def test_image_scan_is_clean(cpu_bundle_scan: dict[str, Any]) -> None:
     assert all(item["reason"] for item in scan["accepted"])
 
 
+@dataclass(frozen=True)
+class Started:
+    """The module's server container: its `docker run` line (the run spec's), name, URL and
+    node-local JIT cache folder."""
+
+    words: list[str]
+    name: str
+    base: str
+    folder: Path
+
+
+def start(docker: Any, started: Started) -> Any:
+    """Run the line (detached) and wait for /health; the container."""
+    done = subprocess.run(started.words, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    container = docker.containers.get(started.name)
+
+    def alive() -> bool:
+        return bool(docker.containers.get(started.name).status == "running")
+
+    wait_healthy(started.base, timeout=600, alive=alive)
+    return container
+
+
 @pytest.fixture(scope="module")
-def served(
+def started(
     docker: Any, cpu_image: dict, run_id: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[tuple[str, Path, Any]]:
-    port = free_port()
-    container = docker.containers.run(
-        cpu_image["tag"],
-        ["--port", str(port)],
-        detach=True,
-        network_mode="host",
+) -> Iterator[Started]:
+    """The cpu image started as the run spec says, on a published port of 127.0.0.1, with its
+    node-local JIT cache folder under a folder of the test, made as install.sh makes it."""
+    spec = run_spec(load_profile("cpu"))
+    site = Site(
+        image=cpu_image["tag"],
         name=f"sglx-test-cpu-{run_id}",
+        host_port=free_port(),
+        publish_address="127.0.0.1",
+        image_id=docker.images.get(cpu_image["tag"]).id,
+        jit_root=str(tmp_path_factory.mktemp("jit")),
+    )
+    folder = jit_folder(spec, site)
+    assert folder is not None
+    make_jit_folder(spec, folder)
+    line = Started(
+        docker_run_words(spec, site), site.name, f"http://127.0.0.1:{site.host_port}", Path(folder)
     )
     try:
-        base = f"http://127.0.0.1:{port}"
-        wait_healthy(
-            base, timeout=600, alive=lambda: docker.containers.get(container.id).status == "running"
-        )
-        # The baked weights, copied out to compare with transformers on the same bytes.
-        model = tmp_path_factory.mktemp("baked")
-        stream, _ = container.get_archive("/models/model")
-        with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
-            tar.extractall(model, filter="data")
-        yield base, model / "model", container
+        start(docker, line)
+        yield line
     except BaseException:
-        print(container.logs().decode()[-5000:])
+        logs = subprocess.run(["docker", "logs", site.name], capture_output=True, text=True)
+        print((logs.stdout + logs.stderr)[-5000:])
         raise
     finally:
-        container.remove(force=True)
+        subprocess.run(["docker", "rm", "-f", site.name], capture_output=True, check=False)
+
+
+@pytest.fixture(scope="module")
+def served(
+    docker: Any, started: Started, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[str, Path, Any]:
+    container = docker.containers.get(started.name)
+    # The baked weights, copied out to compare with transformers on the same bytes.
+    model = tmp_path_factory.mktemp("baked")
+    stream, _ = container.get_archive("/models/model")
+    with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
+        tar.extractall(model, filter="data")
+    return started.base, model / "model", container
 
 
 def test_container_answers_health_and_models(served: tuple[str, Path, Any]) -> None:
@@ -120,6 +168,67 @@ def test_the_server_started_without_serving_flags_chose_the_cpu_profile(
     code, state = container.exec_run(["cat", "/tmp/sglx-serve.json"])
     assert code == 0, state
     assert json.loads(state)["serving_profile"] == "cpu-host"
+
+
+def test_the_jit_cache_folder_is_private_mounted_and_survives_a_restart(
+    docker: Any, started: Started, served: tuple[str, Path, Any]
+) -> None:
+    """The node-local JIT cache folder of the image is mounted at the profile's target and
+    named in the server's environment, owned by the container user with mode 0700. What the
+    server's user writes there (as Triton does) is there after the container is removed and
+    started again from the same line, as the systemd unit restarts it, and that second start
+    adds no entry (the cpu server compiles nothing; on a GPU arch the entries are the kernels)."""
+    container = docker.containers.get(started.name)
+    [mount] = [m for m in container.attrs["Mounts"] if m["Destination"] == "/var/cache/sglx"]
+    assert (mount["Source"], mount["RW"]) == (str(started.folder), True)
+    assert f"{HOST_ENV}={started.folder}" in container.attrs["Config"]["Env"]
+    info = started.folder.stat()
+    assert (info.st_uid, info.st_mode & 0o7777) == (1000, 0o700)
+    code, out = container.exec_run(
+        ["sh", "-c", "mkdir -p /var/cache/sglx/triton/k && echo kernel >/var/cache/sglx/triton/k/x"]
+    )
+    assert code == 0, out
+    before = cache_entries(started.folder)
+    assert before == {"triton": -1, "triton/k": -1, "triton/k/x": 7}
+    for argv in (["stop", "-t", "30", started.name], ["rm", started.name]):  # as the unit does
+        subprocess.run(["docker", *argv], capture_output=True, check=True, timeout=60)
+    start(docker, started)  # the one extra server start this adds
+    assert http(f"{started.base}/health")[0] == 200
+    assert cache_entries(started.folder) == before
+    info = started.folder.stat()
+    assert (info.st_uid, info.st_mode & 0o7777) == (1000, 0o700)
+
+
+def test_a_cache_folder_others_can_write_stops_the_server_before_sglang(
+    docker: Any, cpu_image: dict, run_id: str, tmp_path: Path
+) -> None:
+    """Mode 0777: sglx-serve refuses in seconds, exit 2, naming the host folder and the fix,
+    before anything imports sglang (the server loads code from that folder)."""
+    spec = run_spec(load_profile("cpu"))
+    site = Site(
+        image=cpu_image["tag"],
+        name=f"sglx-test-cpu-jit-{run_id}",
+        host_port=free_port(),
+        publish_address="127.0.0.1",
+        detached=False,
+        image_id=docker.images.get(cpu_image["tag"]).id,
+        jit_root=str(tmp_path),
+    )
+    folder = jit_folder(spec, site)
+    assert folder is not None
+    make_jit_folder(spec, folder)
+    Path(folder).chmod(0o777)
+    try:
+        done = subprocess.run(
+            docker_run_words(spec, site), capture_output=True, text=True, timeout=120
+        )
+    finally:
+        subprocess.run(["docker", "rm", "-f", site.name], capture_output=True, check=False)
+    log = done.stdout + done.stderr
+    assert done.returncode == 2, log[-3000:]
+    assert f"the JIT cache folder {folder} (mounted at /var/cache/sglx) has mode 0777" in log
+    assert re.search(rf"chown 1000:\d+ {re.escape(folder)} && chmod 0700 {re.escape(folder)}", log)
+    assert "sglang.launch_server" not in log and "Traceback" not in log
 
 
 def test_dry_run_prints_the_command_and_where_each_value_came_from(

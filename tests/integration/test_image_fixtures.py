@@ -8,7 +8,9 @@ the profiles require, compiled here with gcc (named fixture-*), carried through 
 and `sglx base load` as a site would. Debian has Python 3.11 where the vendor bases have 3.12,
 so the test's copy of the profiles says 3.11 and lets the PyPI sglang wheel stand in for the
 source build; everything else -- lock, wheelhouse, template, build, preflight -- is the real
-logic. Without devices, each container's preflight must report device_init_failed.
+logic. The fixture ROCm base has no torch or Triton, so the copy of gfx942's profile builds no
+prebuilt Triton cache (test_image_rocm_upstream.py builds and checks one on a base with Triton).
+Without devices, each container's preflight must report device_init_failed.
 """
 
 from __future__ import annotations

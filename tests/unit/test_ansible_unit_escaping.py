@@ -296,10 +296,16 @@ def test_hostile_but_legal_values_reach_systemd_and_docker_unchanged(public: Pat
 
 def test_a_plain_unit_is_written_as_before(public: Path) -> None:
     """Plain words stay bare: the unit an operator reads (and the e2e edits) keeps its shape.
-    The profile's device-init lock folder is mounted with the words install.sh prints."""
+    The profile's device-init lock folder is mounted with the words install.sh prints, and so
+    is the image's node-local JIT cache folder."""
     profile = load_profile("cpu")
     lock_vars = render_vars(profile)["sglang_service_lock_dir"]
-    host = local(sglang_service_args=["--tp", "2"], sglang_service_lock_dir=lock_vars)
+    jit_vars = render_vars(profile)["sglang_service_jit_cache"]
+    host = local(
+        sglang_service_args=["--tp", "2"],
+        sglang_service_lock_dir=lock_vars,
+        sglang_service_jit_cache=jit_vars,
+    )
     code, out = play(public, {"node": host})
     assert code == 0, out
     text = (public / "out" / "node" / UNIT).read_text()
@@ -312,6 +318,8 @@ def test_a_plain_unit_is_written_as_before(public: Path) -> None:
         "SGLX_LOCK_DIR=/run/lock/sglx",
     ]
     assert f"\n  {' '.join(lock_words)} \\\n" in text
+    folder = "/var/cache/sglx/jit/" + IMAGE.removeprefix("sha256:")
+    assert f"\n  -v {folder}:/var/cache/sglx \\\n  -e SGLX_JIT_CACHE_HOST={folder} \\\n" in text
     assert f"\n  {IMAGE} --tp 2\n" in text
     assert '"' not in text
 
@@ -373,6 +381,23 @@ REFUSED: dict[str, tuple[dict[str, Any], str]] = {
     "lock-dir-newline": (
         {"sglang_service_lock_dir": {"source": "/run/lock/x", "args": ["-v", "/a:/b" + INJECT]}},
         "sglang_service_lock_dir.args[1] holds a control character",
+    ),
+    "jit-cache-newline": (
+        {"sglang_service_jit_cache": {"target": "/var/cache/sglx" + INJECT, "host_root": "/j"}},
+        "sglang_service_jit_cache.target holds a control character",
+    ),
+    "jit-root-colon": (
+        {
+            "sglang_service_jit_cache": {
+                "target": "/var/cache/sglx",
+                "host_root": "/j",
+                "uid": 1,
+                "mode": "0700",
+                "env": "SGLX_JIT_CACHE_HOST",
+            },
+            "sglang_service_jit_cache_root": "/srv/a:/etc",
+        },
+        'the node-local JIT cache root is "/srv/a:/etc" (sglang_service_jit_cache_root',
     ),
     "group-address-newline": (
         {"sglang_service_group_address": "10.0.0.1" + INJECT},

@@ -40,13 +40,22 @@ def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_demo_model(tmp_path_factory.mktemp("model") / "demo")
 
 
+def baked(arch: str, tmp_path: Path) -> Path:
+    """The resolved profile as the image bakes it, with its node-local JIT cache folder (which
+    sglx-serve checks before it starts anything) a private folder of the test."""
+    cache = tmp_path / "jit-cache"
+    cache.mkdir(mode=0o700)
+    jit = {**load_profile(arch).container.jit_cache.model_dump(), "target": str(cache)}
+    return bake(arch, tmp_path / "arch.yaml", container={"jit_cache": jit})
+
+
 def serve(arch: str, tmp_path: Path, model: Path) -> tuple[subprocess.CompletedProcess[str], Any]:
     image_env = dockerfile_env(REPO / "images" / arch / "Dockerfile")
     out = tmp_path / "probe.json"
     env = {
         **image_env,
         # What the image would read from /etc/sglx and /models, here from the test's files.
-        "SGLX_PROFILE": str(bake(arch, tmp_path / "arch.yaml")),
+        "SGLX_PROFILE": str(baked(arch, tmp_path)),
         "SGLX_MODEL": str(model),
         "SGLX_PROBE_ROOT": str(tmp_path / "host"),
         "HOME": str(tmp_path),
@@ -100,7 +109,7 @@ def test_preflight_first_does_not_start_the_server_when_it_fails(
     out = tmp_path / "probe.json"
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith(("SGLX_", "SGLANG_"))},
-        "SGLX_PROFILE": str(bake("gfx942", tmp_path / "arch.yaml")),
+        "SGLX_PROFILE": str(baked("gfx942", tmp_path)),
         "SGLX_MODEL": str(model),
         "SGLX_PROBE_ROOT": str(tmp_path),
         "SGLX_PREFLIGHT": "first",

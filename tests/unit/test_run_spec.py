@@ -7,7 +7,8 @@ systemd unquotes them, the environment file the way `docker run --env-file` read
 install.sh (the generated script run on a hand-made bundle, its printed line run by `sh` with
 a fake `docker` first on PATH that records its argv) and `sglx bundle install` (its start line
 from the bundle's meta/run.json). Devices, groups (by numeric GID where the profile says so:
-gfx1151), environment after the floors, mounts, options, port and image arguments must agree.
+gfx1151), environment after the floors, mounts (the node-local JIT cache folder of the image
+among them), options, port and image arguments must agree.
 The host's GIDs come from one table: Ansible's getent facts, a fake `getent` for install.sh
 and Python's grp for bundle install all answer from it.
 """
@@ -33,7 +34,9 @@ from helpers.bundles import hand_bundle
 from sglx.ansible_vars import render_vars
 from sglx.bundle import install, install_sh
 from sglx.bundle.manifest import parse
-from sglx.run_spec import RunSpec, Site, docker_run_words, run_spec
+from sglx.run_spec import RunSpec, Site, docker_run_words, make_jit_folder, run_spec
+from sglx.run_spec import ansible_vars as spec_vars
+from sglx_core.jit_cache import HOST_ENV
 from sglx_core.profile import known_arches, load_profile
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -123,9 +126,35 @@ def normalized(
     return {"options": options, "env": env, "image": rest[0], "args": rest[1:]}
 
 
+def jit_root() -> str:
+    """The JIT cache root of this test session (conftest.py sets SGLX_JIT_ROOT): the site's
+    root for every consumer, as `sglang_service_jit_cache_root`, --jit-root, $SGLX_JIT_ROOT."""
+    return os.environ["SGLX_JIT_ROOT"]
+
+
 def expected(spec: RunSpec) -> dict[str, Any]:
-    site = Site(image=IMAGE_REF, name="x", model_dir=MODEL_DIR, gids=GIDS)
+    site = Site(
+        image=IMAGE_REF,
+        name="x",
+        model_dir=MODEL_DIR,
+        gids=GIDS,
+        image_id=IMAGE_ID,
+        jit_root=jit_root(),
+    )
     return normalized(docker_run_words(spec, site))
+
+
+def render_role_vars(variables: dict[str, Any]) -> None:
+    """The role's own variables (vars/main.yml), rendered as Ansible would, in order."""
+    role_vars = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())
+    for name, expression in role_vars.items():
+        variables[name] = render_text(expression, variables).strip()
+
+
+def render_text(text: str, variables: dict[str, Any]) -> str:
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined)
+    env.filters.update(CoreFilters().filters())
+    return env.from_string(text).render(**variables)
 
 
 # --------------------------------------------------------------------------------------------
@@ -153,7 +182,9 @@ def via_unit(arch: str) -> dict[str, Any]:
         },
         # ansible.builtin.getent's facts: name -> [password, gid, members]
         getent_group={name: ["x", str(gid), ""] for name, gid in GIDS.items()},
+        sglang_service_jit_cache_root=jit_root(),
     )
+    render_role_vars(variables)
     unit = render("server.service.j2", variables)
     files = {"/etc/sglx/sglx-server.env": env_file(render("server.env.j2", variables))}
     words = unit_words(unit)
@@ -222,8 +253,11 @@ def via_bundle_install(bundle: Path, monkeypatch: pytest.MonkeyPatch) -> dict[st
 
     monkeypatch.setattr(grp, "getgrnam", getgrnam)
     manifest = parse((bundle / "bundle.json").read_bytes(), "bundle.json")
-    words, why_not = install._docker_run(bundle, manifest, Path(MODEL_DIR))
+    words, why_not, folder = install._docker_run(
+        bundle, manifest, Path(MODEL_DIR), Path(jit_root())
+    )
     assert words, why_not
+    assert folder == f"{jit_root()}/{'0' * 64}"
     return normalized(words)
 
 
@@ -269,6 +303,159 @@ def test_a_host_without_a_numeric_group_gets_no_line_and_the_reason(
 
     monkeypatch.setattr(grp, "getgrnam", getgrnam)
     manifest = parse((bundle / "bundle.json").read_bytes(), "bundle.json")
-    words, why_not = install._docker_run(bundle, manifest, None)
-    assert words == []
+    words, why_not, folder = install._docker_run(bundle, manifest, None)
+    assert words == [] and folder is None
     assert "has no such group" in why_not and "accel_host" in why_not
+
+
+# --- the node-local JIT cache folder (issue 27) ------------------------------------------------
+
+HEX = "ab" * 32
+
+
+def test_the_jit_cache_folder_of_the_image_is_mounted_and_named() -> None:
+    """<host_root>/<id hex> at the profile's target, named in SGLX_JIT_CACHE_HOST; the site's
+    root wins over the profile's; no image id, no folder."""
+    profile = load_profile("gfx942")
+    spec = run_spec(profile)
+    target = profile.container.jit_cache.target
+    folder = f"{profile.container.jit_cache.host_root}/{HEX}"
+    got = normalized(docker_run_words(spec, Site("i", "x", image_id=f"sha256:{HEX}")))
+    assert f"{folder}:{target}" in got["options"]["-v"]
+    assert got["env"][HOST_ENV] == folder
+    assert spec.env["TRITON_CACHE_DIR"].startswith(target + "/")  # what the folder is for
+    moved = normalized(
+        docker_run_words(spec, Site("i", "x", image_id=f"sha256:{HEX}", jit_root="/srv/jit/"))
+    )
+    assert f"/srv/jit/{HEX}:{target}" in moved["options"]["-v"]
+    assert moved["env"][HOST_ENV] == f"/srv/jit/{HEX}"
+    bare = normalized(docker_run_words(spec, Site("i", "x")))
+    assert HOST_ENV not in bare["env"] and not any(target in v for v in bare["options"]["-v"])
+    assert HOST_ENV in profile.ranks.per_node_env  # a host folder: never compared across ranks
+
+
+def test_a_run_spec_from_before_the_jit_cache_mounts_none() -> None:
+    """meta/run.json of a bundle made before the cache existed still reads, without a folder."""
+    data = run_spec(load_profile("cpu")).to_json()
+    del data["jit_cache"]
+    old = RunSpec.from_json(data, "meta/run.json")
+    assert old.jit_cache is None
+    got = normalized(docker_run_words(old, Site("i", "x", image_id=f"sha256:{HEX}")))
+    assert HOST_ENV not in got["env"]
+    assert spec_vars(old)["sglang_service_jit_cache"] == {}
+
+
+def test_the_role_gets_the_cache_as_data_and_mounts_the_images_folder() -> None:
+    profile = load_profile("cpu")
+    cache = render_vars(profile)["sglang_service_jit_cache"]
+    assert cache == {
+        "target": "/var/cache/sglx",
+        "host_root": "/var/cache/sglx/jit",
+        "uid": profile.container.uid,
+        "mode": "0700",
+        "env": HOST_ENV,
+    }
+    variables = {
+        "sglang_service_jit_cache": cache,
+        "sglang_service_jit_cache_root": "",
+        "sglang_service_image": f"sha256:{HEX}",
+    }
+    render_role_vars(variables)
+    assert variables["__sglang_service_jit_folder"] == f"/var/cache/sglx/jit/{HEX}"
+    variables.update(sglang_service_jit_cache={}, sglang_service_jit_cache_root="")
+    render_role_vars(variables)
+    assert variables["__sglang_service_jit_folder"] == ""
+
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="creating a folder for uid 1000")
+
+
+@needs_root
+def test_make_jit_folder_creates_it_private_fixes_it_and_refuses_a_link(tmp_path: Path) -> None:
+    from sglx_core.errors import SglxError
+
+    spec = run_spec(load_profile("cpu"))
+    folder = tmp_path / "root" / HEX
+    assert make_jit_folder(spec, str(folder)) is True
+    info = folder.stat()
+    assert (info.st_uid, info.st_mode & 0o7777) == (1000, 0o700)  # container.uid, 0700
+    assert (folder.parent.stat().st_mode & 0o777) == 0o755
+    assert make_jit_folder(spec, str(folder)) is False  # already right: nothing done
+    folder.chmod(0o777)
+    assert make_jit_folder(spec, str(folder)) is True
+    assert folder.stat().st_mode & 0o7777 == 0o700
+    link = tmp_path / "root" / ("cd" * 32)
+    link.symlink_to(tmp_path)
+    with pytest.raises(SglxError, match="is not a folder"):
+        make_jit_folder(spec, str(link))
+    assert tmp_path.stat().st_uid == 0  # what the link points at was not handed over
+
+
+def run_install_sh(
+    bundle: Path, tmp_path: Path, *args: str, **env: str
+) -> subprocess.CompletedProcess[str]:
+    record = tmp_path / "argv"
+    bin_dir = tmp_path / "bin"
+    path = f"{bin_dir if bin_dir.is_dir() else fake_bin(bin_dir, record)}:{os.environ['PATH']}"
+    return subprocess.run(
+        ["sh", "install.sh", "--state", str(tmp_path / "state"), *args], cwd=bundle,
+        capture_output=True, text=True, timeout=60, env={**os.environ, "PATH": path, **env},
+    )  # fmt: skip
+
+
+@needs_root
+def test_install_sh_creates_the_folder_its_line_mounts(tmp_path: Path) -> None:
+    if shutil.which("sha256sum") is None:
+        pytest.skip("coreutils' sha256sum is needed to run install.sh")
+    bundle = make_bundle("cpu", tmp_path)
+    root = tmp_path / "site-jit"
+    done = run_install_sh(bundle, tmp_path, "--jit-root", str(root))
+    assert done.returncode == 0, done.stderr
+    folder = root / ("0" * 64)
+    info = folder.stat()
+    assert (info.st_uid, info.st_mode & 0o7777) == (1000, 0o700)
+    line = done.stdout.strip().splitlines()[-1]
+    assert f"-v {folder}:/var/cache/sglx " in line and f"-e {HOST_ENV}={folder} " in line
+    assert f"the JIT cache folder of this image: {folder} (uid 1000, mode 0700)" in done.stderr
+    folder.chmod(0o755)  # a second run puts the mode right again
+    assert run_install_sh(bundle, tmp_path, "--jit-root", str(root)).returncode == 0
+    assert folder.stat().st_mode & 0o7777 == 0o700
+    # The bundle_install role's run starts no server from the line: no folder.
+    other = tmp_path / "role-root"
+    done = run_install_sh(bundle, tmp_path, SGLX_JIT_ROOT=str(other),
+                          SGLX_INSTALL_DOOR="bundle_install")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert not other.exists()
+
+
+@pytest.mark.parametrize(
+    ("root", "said"),
+    [
+        ("relative/jit", "is not a plain absolute path"),
+        ("/srv/jit dir", "is not a plain absolute path"),
+        ("/srv/jit/", "is not a plain absolute path"),
+    ],
+)
+def test_install_sh_refuses_a_jit_root_it_cannot_print(
+    tmp_path: Path, root: str, said: str
+) -> None:
+    if shutil.which("sha256sum") is None:
+        pytest.skip("coreutils' sha256sum is needed to run install.sh")
+    bundle = make_bundle("cpu", tmp_path)
+    done = run_install_sh(bundle, tmp_path, "--check", SGLX_JIT_ROOT=root)
+    assert done.returncode == 2, done.stderr
+    assert said in done.stderr and "hint: pass --jit-root DIR" in done.stderr
+
+
+@needs_root
+def test_install_sh_refuses_a_link_in_place_of_the_folder(tmp_path: Path) -> None:
+    if shutil.which("sha256sum") is None:
+        pytest.skip("coreutils' sha256sum is needed to run install.sh")
+    bundle = make_bundle("cpu", tmp_path)
+    root = tmp_path / "jit"
+    root.mkdir()
+    (root / ("0" * 64)).symlink_to(tmp_path)
+    done = run_install_sh(bundle, tmp_path, "--jit-root", str(root))
+    assert done.returncode == 2
+    assert "is a symbolic link" in done.stderr
+    assert tmp_path.stat().st_uid == 0  # what the link points at was not handed over

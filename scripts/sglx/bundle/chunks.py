@@ -49,12 +49,12 @@ class ChunkWriter:
         self._digest = hashlib.sha256()
         self._in_chunk = 0
 
-    def write_all(self, blocks: Iterable[bytes]) -> WrittenArchive:
+    def write_all(self, blocks: Iterable[bytes | bytearray | memoryview]) -> WrittenArchive:
         for block in blocks:
             self.write(block)
         return self.close()
 
-    def write(self, block: bytes) -> None:
+    def write(self, block: bytes | bytearray | memoryview) -> None:
         view = memoryview(block)
         while view:
             if self._handle is None:

@@ -1,5 +1,5 @@
-"""`sglx bundle`: create, verify and install bundles (the parser and its handlers; the verify
-step itself is `verify_command`).
+"""`sglx bundle`: create, verify, install and inspect bundles (the parser and its handlers; the
+verify step itself is `verify_command`).
 
 Registered by `sglx.cli`, which owns the shared options and the error envelope.
 """
@@ -25,7 +25,7 @@ def register(
     """Add the group's parser and verbs to `sub` (`arch_parent` carries --arch)."""
     bundle = sub.add_parser(
         "bundle",
-        help="create, verify and install air-gapped bundles",
+        help="create, verify, install and inspect air-gapped bundles",
         description="A bundle is one folder (or one tar of it) carrying everything one arch "
         "serves with: the image in sha256-checked chunks, bundle.json, SHA256SUMS, install.sh, "
         "the scan report and versions, optionally wheels, weights and a signature. "
@@ -71,6 +71,13 @@ def register(
         "ansible/wheels (default: the lock only)",
     )
     p.add_argument("--no-scan", action="store_true", help="do not scan the image")
+    p.add_argument(
+        "--since",
+        type=Path,
+        metavar="PREVIOUS",
+        help="write a delta: carry only the layers the image of PREVIOUS (a bundle folder or "
+        "its bundle.json) lacks; a site installs PREVIOUS first",
+    )
     p.set_defaults(func=_cmd_bundle_create)
 
     signing = argparse.ArgumentParser(add_help=False)
@@ -98,6 +105,16 @@ def register(
     )
     p.add_argument("bundle", type=Path, metavar="DIR", help="bundle folder, or its .tar")
     p.add_argument("--no-scan", action="store_true", help="skip the dependency scan")
+    p.add_argument(
+        "--with",
+        dest="parents",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="PARENT",
+        help="for a delta: check that PARENT (a bundle folder or its bundle.json) is the bundle "
+        "it names and holds every layer it takes from it; repeat for a chain of deltas",
+    )
     p.set_defaults(func=_cmd_bundle_verify)
 
     p = verbs.add_parser(
@@ -119,7 +136,28 @@ def register(
         "(default: $SGLX_STATE_DIR or /var/lib/sglx/bundles)",
     )
     p.add_argument("--full", action="store_true", help="redo every step, ignore the record")
+    p.add_argument(
+        "--jit-root",
+        type=Path,
+        metavar="DIR",
+        help="where the node-local JIT cache folders live, one per image id (default: "
+        "$SGLX_JIT_ROOT or the profile's container.jit_cache.host_root, /var/cache/sglx/jit)",
+    )
     p.set_defaults(func=_cmd_bundle_install)
+
+    p = verbs.add_parser(
+        "inspect",
+        parents=[common],
+        help="show a bundle's image layers: sizes, carried or taken from the parent",
+        description="Reads bundle.json (and, for a bundle made before it recorded layers, the "
+        "image archive's config): the image, its layers bottom first with their sizes, which "
+        "the archive carries and which a delta takes from its parent bundle. Checks nothing: "
+        "`sglx bundle verify` does.",
+    )
+    p.add_argument(
+        "bundle", type=Path, metavar="DIR", help="bundle folder, its bundle.json or .tar"
+    )
+    p.set_defaults(func=_cmd_bundle_inspect)
     # `sglx scan --bundle DIR`: the scan reads a generic chunked archive; which chunks and
     # wheels a bundle folder holds is this group's to say.
     read_bundles_with(sub, _bundle_archive)
@@ -153,6 +191,7 @@ def _cmd_bundle_create(args: argparse.Namespace) -> Result:
         weights_outside=args.weights_outside,
         scan=not args.no_scan,
         control_wheels=args.control_wheels,
+        since=args.since,
     )
     return create_bundle(
         load_profile(args.arch), options, Progress("bundle create", quiet=args.quiet)
@@ -170,7 +209,15 @@ def _cmd_bundle_verify(args: argparse.Namespace) -> Result:
         scan=not args.no_scan,
         jobs=_bundle_jobs(args),
         progress=Progress("bundle verify", quiet=args.quiet),
+        parents=args.parents,
     )
+
+
+def _cmd_bundle_inspect(args: argparse.Namespace) -> Result:
+    from sglx.bundle.inspect import inspect_bundle
+    from sglx.progress import Progress
+
+    return inspect_bundle(args.bundle, Progress("bundle inspect", quiet=args.quiet))
 
 
 def _cmd_bundle_install(args: argparse.Namespace) -> Result:
@@ -186,5 +233,6 @@ def _cmd_bundle_install(args: argparse.Namespace) -> Result:
         full=args.full,
         signature=SignaturePolicy(args.allowed_signers, args.identity, args.require_signature),
         jobs=_bundle_jobs(args),
+        jit_root=args.jit_root,
     )
     return install_bundle(args.bundle, options, Progress("bundle install", quiet=args.quiet))

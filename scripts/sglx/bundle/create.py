@@ -7,6 +7,10 @@ scan report, versions and labels, `install.sh`, `bundle.json` and `SHA256SUMS` a
 last, then the optional signature, then the staging folder is renamed to its final name. An
 interrupted create leaves only a hidden `.NAME.partial-*` folder, which the next create of the
 same name removes.
+
+With `--since PREVIOUS` the bundle is a delta (sglx.bundle.delta): the save stream goes through
+`savefilter.SaveFilter`, which leaves out the `layer.tar` of every layer the previous bundle's
+image holds, and bundle.json names the parent and every layer. Every bundle records its layers.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from sglx import __version__
 from sglx.base_archive import check_reference
 from sglx.bundle import ansible_content, install_sh, layout
 from sglx.bundle.chunks import ChunkWriter
+from sglx.bundle.delta import Bundle, read_bundle, shared
 from sglx.bundle.files import copy_hashed, require_space, write_hashed
 from sglx.bundle.manifest import (
     PART,
@@ -35,6 +40,7 @@ from sglx.bundle.manifest import (
     FileEntry,
     ImageRecord,
     Kind,
+    ParentRecord,
     Slot,
     WeightsRecord,
     check_weights_name,
@@ -42,6 +48,7 @@ from sglx.bundle.manifest import (
     render_sums,
     sha256_bytes,
 )
+from sglx.bundle.savefilter import SaveFilter
 from sglx.bundle.signing import check_key, sign
 from sglx.engine import docker_client
 from sglx.progress import Progress
@@ -65,6 +72,27 @@ class CreateOptions:
     weights_outside: Path | None = None
     scan: bool = True
     control_wheels: Path | None = None
+    since: Path | None = None  # the previous bundle (folder or bundle.json): write a delta
+
+
+@dataclass(frozen=True)
+class Layers:
+    """The image's layers (engine diff ids) and, for a delta, the parent and what to leave out."""
+
+    diff_ids: tuple[str, ...]
+    parent: Bundle | None = None
+    drop: frozenset[str] = frozenset()  # chain ids whose layer.tar the archive leaves out
+
+    def record(self) -> ParentRecord | None:
+        if self.parent is None:
+            return None
+        image = self.parent.manifest.image
+        return ParentRecord(
+            digest=self.parent.digest,
+            bundle=self.parent.name,
+            image_ref=image.ref,
+            image_id=image.id,
+        )
 
 
 def create_bundle(profile: Profile, options: CreateOptions, progress: Progress) -> Result:
@@ -72,6 +100,7 @@ def create_bundle(profile: Profile, options: CreateOptions, progress: Progress) 
     _check_names(ref, options)
     client = docker_client()
     image = _image(client, ref, profile)
+    layers = _layers(image, ref, profile, options.since)
     out = options.out or Path(f"sglx-bundle-{profile.arch}-{image.id.split(':')[1][:12]}")
     out = out.absolute()
     if out.exists():
@@ -98,7 +127,7 @@ def create_bundle(profile: Profile, options: CreateOptions, progress: Progress) 
     stage.mkdir(parents=True)
     try:
         entries, record, scan_result = _fill(
-            client, stage, profile, ref, image, options, lock, wheels, weights, progress
+            client, stage, profile, ref, image, layers, options, lock, wheels, weights, progress
         )
         progress(f"copying the Ansible content ({len(ansible.items)} files)")
         entries += ansible_content.write(ansible, stage)
@@ -172,6 +201,42 @@ def check_profile_digest(ref: str, labels: dict[str, str], profile: Profile) -> 
         )
 
 
+def _layers(image: Any, ref: str, profile: Profile, since: Path | None) -> Layers:
+    """The image's layers; with --since, the previous bundle and which layers to leave out:
+    those its image holds, except one whose bytes a carried layer shares (`docker save` links
+    the second copy to the first, which must then be there)."""
+    diff_ids = tuple(str(d) for d in ((image.attrs.get("RootFS") or {}).get("Layers") or []))
+    if since is None:
+        return Layers(diff_ids)
+    previous = read_bundle(since, "--since")
+    before = previous.manifest
+    if before.arch != profile.arch:
+        raise SglxError(
+            f"--since {since} is a bundle of arch {before.arch}, this one is of {profile.arch}",
+            hint=f"pass the previous bundle of arch {profile.arch}",
+            code="usage",
+        )
+    if before.image.id == image.id:
+        raise SglxError(
+            f"--since {since} already carries image {image.id} ({ref}): a delta would hold nothing",
+            hint="build the new image first, or install the previous bundle as it is",
+            code="usage",
+        )
+    held = shared(diff_ids, previous)
+    if not held:
+        raise SglxError(
+            f"image {ref} shares no layer with the image of --since {since} ({before.image.ref})",
+            hint="create a full bundle (without --since): a delta would carry every layer",
+            code="usage",
+        )
+    from sglx.bundle.layers import chain_ids
+
+    chains = chain_ids(diff_ids)
+    carried = {diff_ids[i] for i in range(len(diff_ids)) if i not in held}
+    drop = frozenset(chains[i] for i in held if diff_ids[i] not in carried)
+    return Layers(diff_ids, previous, drop)
+
+
 def _wheel_sources(profile: Profile, folder: Path | None) -> tuple[Path | None, list[Path]]:
     if folder is None:
         return None, []
@@ -224,6 +289,7 @@ def _fill(
     profile: Profile,
     ref: str,
     image: Any,
+    layers: Layers,
     options: CreateOptions,
     lock: Path | None,
     wheels: list[Path],
@@ -236,7 +302,31 @@ def _fill(
         entries.append(FileEntry(path=path, size=size, sha256=sha256, kind=kind))
 
     progress(f"saving {ref} into chunks of {layout.human(options.chunk_size)}")
-    written = ChunkWriter(stage, options.chunk_size).write_all(_save_stream(client, ref, progress))
+    if layers.parent is not None:
+        progress(
+            f"a delta over {layers.parent.name}: leaving out the {len(layers.drop)} layers its "
+            "image holds"
+        )
+    stream = SaveFilter(image.id, layers.diff_ids, layers.drop)
+    written = ChunkWriter(stage, options.chunk_size).write_all(
+        stream.run(_save_stream(client, ref, progress))
+    )
+    entries_of_layers = stream.recorded()
+    if stream.unidentified:
+        progress(
+            f"{len(stream.unidentified)} layer folders could not be named before their bytes "
+            "came: carried whole"
+        )
+    if entries_of_layers is None:
+        progress(f"the image's layers are not recorded in bundle.json: {stream.problem}")
+    elif layers.drop and all(layer.carried for layer in entries_of_layers):
+        raise SglxError(
+            f"none of the {len(layers.drop)} layers {ref} shares with --since could be told "
+            "apart in the docker save stream, so the delta would carry them all",
+            hint="create a full bundle (without --since); deltas need the classic `docker save` "
+            "format of Docker 20.10",
+            code="environment",
+        )
     for chunk in written.chunks:
         add(chunk.path, chunk.size, chunk.sha256, "image-chunk")
     progress(f"image archive: {layout.human(written.size)} in {len(written.chunks)} chunks")
@@ -247,9 +337,24 @@ def _fill(
         size=written.size,
         chunk_size=options.chunk_size,
         chunks=tuple(c.path for c in written.chunks),
+        layers=entries_of_layers,
+        parent=layers.record(),
     )
     scan_result = None
-    if options.scan:
+    if options.scan and record.parent is not None:
+        from sglx.bundle.hashing import default_jobs
+        from sglx.scan.command import scan_image
+        from sglx.scan.rules import Rules
+
+        # A delta's archive lacks its parent's layers: the image is scanned as the engine holds
+        # it (exported, never started), so the report is of everything the site will run.
+        scan_result = scan_image(
+            ref, rules=Rules.from_profile(profile), jobs=default_jobs(), progress=progress
+        )
+        text = json.dumps(scan_result.envelope(), indent=2, sort_keys=True) + "\n"
+        copied = write_hashed(stage / layout.SCAN_REPORT, text.encode())
+        add(layout.SCAN_REPORT, copied.size, copied.sha256, "meta")
+    elif options.scan:
         from sglx.bundle.hashing import default_jobs
         from sglx.bundle.scan_target import written_archive
         from sglx.scan.command import scan_archive
@@ -301,6 +406,7 @@ def _fill(
         image_id=image.id,
         chunks=record.chunks,
         weights_path=None if weights is None else f"{layout.WEIGHTS}/{weights[0]}",
+        image=record,
     )
     copied = write_hashed(stage / layout.INSTALL_SH, script.encode())
     (stage / layout.INSTALL_SH).chmod(0o755)
@@ -431,6 +537,17 @@ def _result(
         "scan": None if scan is None else scan.status,
     }
     lines = [f"bundle written to {out}"]
+    layers = manifest.image.layers or ()
+    if manifest.image.parent is not None:
+        from sglx.bundle.delta import describe
+
+        taken = manifest.image.referenced()
+        lines.append(
+            f"{describe(manifest.image)}: carries {len(layers) - len(taken)} of its "
+            f"{len(layers)} layers ({layout.human(sum(x.size for x in layers if x.carried))}), "
+            f"takes {len(taken)} ({layout.human(sum(x.size for x in taken))}) from it; install "
+            "that bundle first"
+        )
     if tar_path is not None:
         script = install_sh.beside_tar(tar_path)
         lines += [

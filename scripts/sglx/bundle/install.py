@@ -4,11 +4,18 @@ Each step asks first whether its work is already done, from the truth where ther
 (the engine has the image id; the weights folder's manifest has the digest) and from the
 install record (`record.py`) for the files verified before. A re-run after a kill anywhere
 redoes only the step that was cut short; `--full` forgets the record and redoes everything.
-Free space is checked for every step that will write, before the first one writes.
+Free space is checked for every step that will write, before the first one writes. A delta
+(bundle.json's image.parent) is refused before that, and before anything is hashed or loaded,
+when the engine lacks a layer it takes from its parent (sglx.bundle.delta).
+
+Last, it prints the `docker run` line of the bundle's run spec and creates the node-local JIT
+cache folder that line mounts (`<--jit-root>/<image id hex>`, owned by the container's uid,
+mode 0700: sglx.run_spec.make_jit_folder), as install.sh and the sglang_service role do.
 """
 
 from __future__ import annotations
 
+import os
 import shlex
 import shutil
 import subprocess
@@ -21,7 +28,9 @@ from typing import Any
 
 from sglx.bundle import layout
 from sglx.bundle.chunks import iter_blocks
+from sglx.bundle.delta import engine_missing, refusal
 from sglx.bundle.files import copy_hashed, require_space
+from sglx.bundle.image_archive import layer_findings
 from sglx.bundle.manifest import BundleManifest, parse, sha256_bytes
 from sglx.bundle.record import InstallRecord
 from sglx.bundle.source import bundle_folder
@@ -29,6 +38,7 @@ from sglx.bundle.verify import SignaturePolicy, check_files, read_manifest_bytes
 from sglx.engine import docker_client
 from sglx.progress import Progress
 from sglx_core.errors import SglxError
+from sglx_core.jit_cache import ROOT_ENV
 from sglx_core.report import Finding, Result, Table
 from sglx_core.untrusted import read_json
 
@@ -44,6 +54,8 @@ class InstallOptions:
     full: bool = False
     signature: SignaturePolicy = field(default_factory=SignaturePolicy)
     jobs: int = 1
+    # The JIT cache folders' root; None = $SGLX_JIT_ROOT, else the run spec's host_root.
+    jit_root: Path | None = None
 
 
 @dataclass
@@ -88,6 +100,8 @@ def _install(bundle: Path, options: InstallOptions, progress: Progress) -> Resul
     findings = list(check.findings)
     if manifest is not None and not findings:
         findings += _scan_report_findings(bundle)
+    if manifest is not None and not findings:
+        findings += layer_findings(bundle, manifest)
     if findings or manifest is None or plan is None:
         return Result(
             ("bundle", "install"),
@@ -138,7 +152,8 @@ def _install(bundle: Path, options: InstallOptions, progress: Progress) -> Resul
             "weights", {"path": str(weights_target), "digest": manifest.weights.digest}
         )
     record.finish()
-    return _with_record(_result(bundle, manifest, steps, weights_target), record)
+    result = _result(bundle, manifest, steps, weights_target, options.jit_root)
+    return _with_record(result, record)
 
 
 def _outputs_outside(bundle: Path, options: InstallOptions) -> None:
@@ -188,6 +203,11 @@ def _plan(bundle: Path, raw: bytes, client: Any, options: InstallOptions) -> Pla
         return None
     _check_asked(manifest, options)
     has_image = _engine_has(client, manifest.image.id)
+    # A delta loads only where the engine holds the layers it takes from its parent: refused
+    # before anything is hashed, written or loaded, naming the bundle to install first.
+    missing = [] if has_image else engine_missing(client, manifest.image)
+    if missing:
+        raise refusal(manifest.image, missing)
     target = _weights_target(manifest, options)
     weights_done = target is not None and _weights_placed(target, manifest)
     needs: dict[Path, int] = {options.state: STATE_MARGIN}
@@ -418,12 +438,21 @@ def _place_weights(
         raise
 
 
-def _result(bundle: Path, manifest: BundleManifest, steps: Steps, weights: Path | None) -> Result:
+def _result(
+    bundle: Path,
+    manifest: BundleManifest,
+    steps: Steps,
+    weights: Path | None,
+    jit_root: Path | None = None,
+) -> Result:
     redone = [name for name, row in steps.rows.items() if row["status"] == "done"]
-    run, why_not = _docker_run(bundle, manifest, weights)
+    run, why_not, jit = _docker_run(bundle, manifest, weights, jit_root)
     rows = tuple((name, row["status"], row["detail"]) for name, row in steps.rows.items())
     lines = [
         "nothing to do: every step was done before" if not redone else "installed",
+        f"the JIT cache folder of this image: {jit} (owned by the container's uid, mode 0700)"
+        if jit
+        else "",
         "start the server with: " + shlex.join(run) if run else why_not,
     ]
     return Result(
@@ -435,6 +464,7 @@ def _result(bundle: Path, manifest: BundleManifest, steps: Steps, weights: Path 
             "steps": steps.rows,
             "redone": redone,
             "docker_run": run,
+            "jit_cache": jit,
         },
         tables=(Table(("step", "status", "detail"), rows, title=f"install of {bundle}"),),
         lines=tuple(line for line in lines if line),
@@ -442,16 +472,20 @@ def _result(bundle: Path, manifest: BundleManifest, steps: Steps, weights: Path 
 
 
 def _docker_run(
-    bundle: Path, manifest: BundleManifest, weights: Path | None
-) -> tuple[list[str], str]:
+    bundle: Path, manifest: BundleManifest, weights: Path | None, jit_root: Path | None = None
+) -> tuple[list[str], str, str | None]:
     """The `docker run` line of the bundle's own run spec (meta/run.json, written from the
-    profile baked into its image), the groups by this host's GIDs where the profile says so;
-    or no line and the reason (a bundle older than meta/run.json, a group the host lacks)."""
-    from sglx.run_spec import RunSpec, Site, docker_run_words, host_gids
+    profile baked into its image), the groups by this host's GIDs where the profile says so,
+    and the JIT cache folder it mounts, created here (None for a spec without one); or no line
+    and the reason (a bundle older than meta/run.json, a group the host lacks)."""
+    from sglx.run_spec import RunSpec, Site, docker_run_words, host_gids, jit_folder
 
+    if jit_root is None and (env := os.environ.get(ROOT_ENV)):
+        jit_root = Path(env)
     path = bundle / layout.RUN_SPEC
     if not path.is_file():
-        return [], f"no start line: the bundle has no {layout.RUN_SPEC} (made by an older sglx)"
+        why = f"no start line: the bundle has no {layout.RUN_SPEC} (made by an older sglx)"
+        return [], why, None
     try:
         data = read_json(path, what="run spec", max_bytes=layout.MAX_META_BYTES)
         spec = RunSpec.from_json(data, str(path))
@@ -460,10 +494,18 @@ def _docker_run(
             name=f"sglx-{spec.arch}",
             model_dir=None if weights is None else str(weights),
             gids=host_gids(spec),
+            image_id=manifest.image.id,
+            jit_root=None if jit_root is None else str(jit_root.absolute()),
         )
     except SglxError as exc:
-        return [], f"no start line: {exc.message} ({exc.hint})" if exc.hint else exc.message
-    return docker_run_words(spec, site), ""
+        why = f"no start line: {exc.message} ({exc.hint})" if exc.hint else exc.message
+        return [], why, None
+    folder = jit_folder(spec, site)
+    if folder is not None:
+        from sglx.run_spec import make_jit_folder
+
+        make_jit_folder(spec, folder)
+    return docker_run_words(spec, site), "", folder
 
 
 def _with_record(result: Result, record: InstallRecord) -> Result:

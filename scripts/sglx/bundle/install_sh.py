@@ -8,9 +8,12 @@ opened (a FIFO would hang the hasher), hashes every listed file on its own, read
 (`sha256_of`: one hashing function for the files, the script's self-check and the record),
 naming each that fails, checks that no file is there that SHA256SUMS does not list, streams
 the chunks through `cat` into `docker load` (skipped when the engine already has the image
-id), and prints the `docker run` line of the bundle's run spec (sglx.run_spec, the one the
-systemd unit and `sglx bundle install` use), with the groups by this host's numeric GID
-(`getent group`) where the profile says so.
+id), creates the node-local JIT cache folder of the image (`<root>/<image id hex>`, owned by
+the container's uid, mode 0700; the root is `--jit-root DIR`, `$SGLX_JIT_ROOT` or the profile's
+container.jit_cache.host_root) unless the bundle_install role runs it (the sglang_service role
+creates the folder its unit mounts), and prints the `docker run` line of the bundle's run spec
+(sglx.run_spec, the one the systemd unit and `sglx bundle install` use), with the groups by this
+host's numeric GID (`getent group`) where the profile says so, mounting that folder.
 
 Given a bundle tar (`sh NAME.install.sh NAME.tar`, the copy `bundle create --tar` writes
 beside the tar), it checks the tar as GNU tar itself reads it (`tar -tf`/`-tvf`, so a tar that
@@ -52,6 +55,7 @@ from sglx import base_archive
 from sglx.bundle import layout, manifest, record
 from sglx.run_spec import Site, head_words, run_spec, tail_words
 from sglx_core.errors import SglxError
+from sglx_core.jit_cache import ROOT_ENV, folder_name
 from sglx_core.profile import Profile
 
 TEMPLATE = Template(
@@ -68,6 +72,8 @@ TEMPLATE = Template(
 # --state DIR: the install record's folder (default $$SGLX_STATE_DIR, else $default_state),
 #   shared with `sglx bundle install` and the bundle_install role: files unchanged since a
 #   recorded install are not hashed again.
+# --jit-root DIR: where the node-local JIT cache folders live, one per image id (default
+#   $$$jit_root_env, else $jit_root_default); this image's is created there (root runs this).
 set -eu
 image_ref=$image_ref
 image_id=$image_id
@@ -77,6 +83,11 @@ run_head=$run_head
 run_groups=$run_groups
 numeric_gids=$numeric_gids
 run_tail=$run_tail
+# The node-local JIT cache folder the line mounts (container.jit_cache): ROOT/jit_name, owned
+# by uid jit_uid, mode 0700; the root takes the place of $jit_mark in run_tail.
+jit_root=$${$jit_root_env:-$jit_root_default}
+jit_name=$jit_name
+jit_uid=$jit_uid
 # bundle.json's path rule (sglx.bundle.manifest.RelPath) and image reference rule, as ERE.
 rel_path=$rel_path
 ref_pattern=$ref_pattern
@@ -110,19 +121,28 @@ q() {
   esac
 }
 $record_sh
-usage="sh install.sh [--check] [--state DIR] [NAME.tar]"
+usage="sh install.sh [--check] [--state DIR] [--jit-root DIR] [NAME.tar]"
 check=0 tar_file=
 while [ $$# -gt 0 ]; do
   case $$1 in
     --check) check=1 ;;
     --state) [ $$# -ge 2 ] || die "--state needs a folder" "usage: $$usage"; state=$$2; shift ;;
     --state=*) state=$${1#--state=} ;;
+    --jit-root)
+      [ $$# -ge 2 ] || die "--jit-root needs a folder" "usage: $$usage"; jit_root=$$2; shift ;;
+    --jit-root=*) jit_root=$${1#--jit-root=} ;;
     -*) die "unknown option $$(q "$$1")" "usage: $$usage" ;;
     *) [ -z "$$tar_file" ] || die "more than one tar named" "usage: $$usage"; tar_file=$$1 ;;
   esac
   shift
 done
 [ -n "$$state" ] || die "the install record folder is empty" "pass --state DIR"
+# A plain absolute path: it is written into the printed line as it is.
+printf '%s\n' "$$jit_root" | LC_ALL=C grep -Exq -e '(/[A-Za-z0-9_.-]+)+' &&
+  [ "$$(printf '%s' "$$jit_root" | wc -l)" -eq 0 ] ||
+  die "the JIT cache root $$(q "$$jit_root") is not a plain absolute path" \
+    "pass --jit-root DIR (or set $jit_root_env): letters, digits, '_', '.', '-' and '/'"
+jit_dir=$$jit_root/$$jit_name
 case $$state in /*) ;; *) state=$$PWD/$$state ;; esac
 { [ "$${#image_ref}" -le 255 ] && [ "$$(printf '%s' "$$image_ref" | wc -l)" -eq 0 ] &&
   printf '%s\n' "$$image_ref" | LC_ALL=C grep -Exq -e "$$ref_pattern" &&
@@ -350,6 +370,7 @@ run_line="$$run_line $$run_tail"
 if docker image inspect "$$image_id" >/dev/null 2>&1; then
   say "the engine already has image $$(q "$$image_id"): not loading it again"
 else
+$parent_check
   say "loading $$(q "$$image_ref") from $chunk_count chunks"
   record_said=
   cat -- $chunks | docker load >&2 ||
@@ -358,6 +379,18 @@ else
     die "the loaded image is not $$(q "$$image_id")" "$$recopy"
 fi
 record_write
+# The bundle_install role starts no server from this line: sglang_service creates the folder
+# its unit mounts (under its own root).
+if [ "$$door" != bundle_install ]; then
+  [ ! -L "$$jit_dir" ] || die "the JIT cache folder $$(q "$$jit_dir") is a symbolic link" \
+    "remove it and run install.sh again: it creates the folder, owned by uid $$jit_uid, mode 0700"
+  { mkdir -p -- "$$jit_root" && { [ -d "$$jit_dir" ] || mkdir -m 0700 -- "$$jit_dir"; } &&
+    [ ! -L "$$jit_dir" ] && chown -h -- "$$jit_uid" "$$jit_dir" && chmod 0700 -- "$$jit_dir"; } ||
+    die "cannot create the JIT cache folder $$(q "$$jit_dir") owned by uid $$jit_uid, mode 0700" \
+      "run install.sh as root, or pass --jit-root DIR (a folder this user may chown in)"
+  say "the JIT cache folder of this image: $$(q "$$jit_dir") (uid $$jit_uid, mode 0700)"
+fi
+run_line=$$(printf '%s\n' "$$run_line" | sed "s|$jit_mark|$$jit_root|g")
 $weights_note
 say "installed. Start the server with:"
 printf '%s\n' "$$run_line"
@@ -468,6 +501,9 @@ record_write() {
 }"""
 
 _ID = re.compile(r"sha256:[0-9a-f]{64}")
+# Stands for the JIT cache root in the rendered run line; install.sh puts the root in its place
+# (a plain path: a word shlex leaves bare stays one word).
+JIT_MARK = "@SGLX_JIT_ROOT@"
 # A bundle path can hold 100,000 lines of a 400-character path plus a hash: the bound on
 # SHA256SUMS that install.sh reads before trusting it.
 MAX_SUMS_BYTES = layout.MAX_FILES * (layout.MAX_PATH_CHARS + 67)
@@ -540,6 +576,55 @@ def record_sh(arch: str, image_ref: str, image_id: str) -> str:
     return text
 
 
+# A delta (bundle.json's image.parent): before anything loads, the engine must hold the layers
+# it takes from its parent, as `sglx bundle install` asks (sglx.bundle.delta.engine_missing).
+# It holds them when an image's layers start with the delta's own, up to the highest one taken
+# from the parent: the parent's image is asked first, then every image the engine lists.
+PARENT_SH = r"""  parent_bundle=@BUNDLE@ parent_digest=@DIGEST@
+  parent_ref=@REF@ parent_image=@IMAGE@ parent_layers=@LAYERS@
+  parent_held() {
+    layers=$(docker image inspect --format '{{range .RootFS.Layers}}{{.}} {{end}}' "$1" \
+      2>/dev/null) || return 1
+    case $layers in "$parent_layers"*) return 0 ;; esac
+    return 1
+  }
+  held=
+  if parent_held "$parent_image"; then
+    held=1
+  else
+    for id in $(docker image ls -aq --no-trunc 2>/dev/null | sort -u); do
+      if parent_held "$id"; then held=1; break; fi
+    done
+  fi
+  [ -n "$held" ] || die "this bundle is a delta over the bundle $(q "$parent_bundle") \
+(bundle.json $parent_digest, image $(q "$parent_ref") $parent_image): this engine lacks \
+@COUNT@ layers it takes from it; nothing was loaded" "install the bundle $(q "$parent_bundle") \
+first (sh $(q "$parent_bundle")/install.sh or sglx bundle install), then this one"
+"""
+
+
+def parent_check(image: manifest.ImageRecord | None) -> str:
+    """PARENT_SH for a delta's image record; a comment for a full bundle."""
+    if image is None or image.parent is None or not image.referenced():
+        return "  : # a full bundle: every layer is in its archive"
+    layers = image.layers or ()
+    top = max(i for i, layer in enumerate(layers) if not layer.carried)
+    prefix = "".join(f"{layer.diff_id} " for layer in layers[: top + 1])
+    parent = image.parent
+    values = {
+        "@BUNDLE@": shlex.quote(_plain(parent.bundle, "the parent bundle's name")),
+        "@DIGEST@": shlex.quote(parent.digest),
+        "@REF@": shlex.quote(_plain(parent.image_ref, "the parent's image reference")),
+        "@IMAGE@": shlex.quote(parent.image_id),
+        "@LAYERS@": shlex.quote(prefix),
+        "@COUNT@": str(len(image.referenced())),
+    }
+    text = PARENT_SH
+    for key, value in values.items():
+        text = text.replace(key, value)
+    return text
+
+
 def beside_tar(tar_path: Path) -> Path:
     """Where `bundle create --tar` puts the copy of install.sh for NAME.tar: NAME.install.sh."""
     return tar_path.with_name(tar_path.name.removesuffix(".tar") + "." + layout.INSTALL_SH)
@@ -564,6 +649,7 @@ def render(
     image_id: str,
     chunks: Sequence[str],
     weights_path: str | None,
+    image: manifest.ImageRecord | None = None,
 ) -> str:
     base_archive.check_reference(_plain(image_ref, "the image reference"), "install.sh")
     if not _ID.fullmatch(image_id):
@@ -585,7 +671,14 @@ def render(
             f"{weights_target} (or use sglx bundle install --weights-dir)"
         )
     spec = run_spec(profile)
-    site = Site(image=image_ref, name=f"sglx-{profile.arch}", model_dir=weights_target)
+    assert spec.jit_cache is not None  # a spec made from a profile has one
+    site = Site(
+        image=image_ref,
+        name=f"sglx-{profile.arch}",
+        model_dir=weights_target,
+        image_id=image_id,
+        jit_root=JIT_MARK,
+    )
     head, tail = (
         [_plain(word, "a docker run argument") for word in words]
         for words in (head_words(spec, site), tail_words(spec, site))
@@ -598,6 +691,11 @@ def render(
         run_head=shlex.quote(shlex.join(head)),
         run_tail=shlex.quote(shlex.join(tail)),
         run_groups=shlex.quote(" ".join(spec.groups)),
+        jit_root_env=ROOT_ENV,
+        jit_root_default=shlex.quote(_plain(spec.jit_cache.host_root, "the JIT cache root")),
+        jit_mark=JIT_MARK,
+        jit_name=folder_name(image_id),
+        jit_uid=spec.jit_cache.uid,
         numeric_gids=int(spec.numeric_gids),
         rel_path=shlex.quote(REL_PATH_ERE),
         ref_pattern=shlex.quote(REF_ERE),
@@ -605,6 +703,7 @@ def render(
         chunk_count=len(chunks),
         chunks=" ".join(shlex.quote(c) for c in chunks),
         weights_note=weights_note,
+        parent_check=parent_check(image),
         record_sh=record_sh(profile.arch, image_ref, image_id),
         default_state=record.DEFAULT_STATE,
     )

@@ -54,6 +54,7 @@ MAX_SIGNATURE_BYTES = 16 << 10  # an ssh-keygen signature is under 1 KiB
 MAX_RECORD_BYTES = 64 << 20  # the install record: a few hundred bytes per verified file
 MAX_META_BYTES = 16 << 20  # meta/*.json
 MAX_FILES = 100_000
+MAX_LAYERS = 1_000  # an image's layers (overlay2 stacks at most 128)
 MAX_PATH_CHARS = 400
 MAX_PATH_DEPTH = 16
 # Bounds on the Ansible content a bundle carries (ansible/, host checks, lock; not the wheels):

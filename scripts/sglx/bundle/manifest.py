@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 
 from sglx.base_archive import check_reference
 from sglx.bundle import layout
+from sglx.bundle.layers import chain_ids
 from sglx_core.errors import SglxError
 from sglx_core.profile.loader import NAME_PATTERN
 from sglx_core.untrusted import parse_json
@@ -27,7 +28,8 @@ from sglx_core.untrusted import parse_json
 FORMAT: Literal["sglx-bundle"] = "sglx-bundle"
 FORMAT_VERSION: Literal[1] = 1
 Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
-ImageId = Annotated[str, StringConstraints(pattern=r"^sha256:[0-9a-f]{64}$")]
+Digest = Annotated[str, StringConstraints(pattern=r"^sha256:[0-9a-f]{64}$")]
+ImageId = Digest
 # One part of a bundle path: no leading dot (so no `.` or `..`), no spaces, slashes or
 # backslashes (SHA256SUMS and install.sh read paths unquoted).
 PART = r"[A-Za-z0-9_+@=-][A-Za-z0-9._+@=-]*"
@@ -68,8 +70,31 @@ class FileEntry(_Record):
     kind: Kind
 
 
+class LayerEntry(_Record):
+    """One layer of the image, bottom first: its diff id, its chain id (sglx.bundle.layers),
+    the bytes of its `layer.tar` in the save stream, and whether the archive carries it (a
+    delta leaves out the layers its parent's image holds)."""
+
+    diff_id: Digest
+    chain_id: Digest
+    size: int = Field(ge=0)
+    carried: bool
+
+
+class ParentRecord(_Record):
+    """The bundle a delta takes its other layers from: the sha256 of its bundle.json (its
+    install record's key), the folder name it was created under, and its image."""
+
+    digest: Digest
+    bundle: Annotated[str, StringConstraints(pattern=r"^[^\x00-\x1f\x7f/]+$", max_length=255)]
+    image_ref: str
+    image_id: ImageId
+
+
 class ImageRecord(_Record):
-    """The image: its engine id, the tag it was saved under and the archive's chunks in order."""
+    """The image: its engine id, the tag it was saved under and the archive's chunks in order;
+    its layers (bundles made before they were recorded have none) and, for a delta, its
+    parent."""
 
     ref: str
     id: ImageId
@@ -77,6 +102,12 @@ class ImageRecord(_Record):
     size: int = Field(ge=0)
     chunk_size: int = Field(ge=layout.MIN_CHUNK_SIZE)
     chunks: tuple[RelPath, ...] = Field(min_length=1)
+    layers: tuple[LayerEntry, ...] | None = Field(default=None, max_length=layout.MAX_LAYERS)
+    parent: ParentRecord | None = None
+
+    def referenced(self) -> tuple[LayerEntry, ...]:
+        """The layers this archive leaves out: the engine must hold them (from the parent)."""
+        return tuple(layer for layer in self.layers or () if not layer.carried)
 
 
 class WeightsRecord(_Record):
@@ -172,6 +203,9 @@ def _image_problem(image: ImageRecord) -> str | None:
         return exc.message
     if image.archive != layout.IMAGE_ARCHIVE:
         return f"image.archive: {image.archive} is not {layout.IMAGE_ARCHIVE}"
+    problem = _layers_problem(image)
+    if problem is not None:
+        return problem
     count = max(1, -(-image.size // image.chunk_size))
     if len(image.chunks) != count:
         return (
@@ -181,6 +215,29 @@ def _image_problem(image: ImageRecord) -> str | None:
     for index, chunk in enumerate(image.chunks):
         if chunk != layout.chunk_name(index):
             return f"image.chunks: chunk {index} is {chunk}, not {layout.chunk_name(index)}"
+    return None
+
+
+def _layers_problem(image: ImageRecord) -> str | None:
+    """Why the layers and the parent contradict themselves: every chain id is the one its diff
+    ids make, a bundle without a parent carries every layer, and a parent needs the layers."""
+    if image.layers is None:
+        return "image.parent: a delta must list its layers (image.layers)" if image.parent else None
+    if not image.layers:
+        return "image.layers: an image has at least one layer"
+    chains = chain_ids([layer.diff_id for layer in image.layers])
+    for index, (layer, chain) in enumerate(zip(image.layers, chains, strict=True)):
+        if layer.chain_id != chain:
+            return f"image.layers.{index}.chain_id: {layer.chain_id} is not the chain id {chain}"
+    if image.parent is None and image.referenced():
+        return "image.layers: a layer is not carried, but no image.parent names where it is"
+    if image.parent is not None and image.parent.image_id == image.id:
+        return "image.parent: the parent's image is this bundle's own image"
+    if image.parent is not None:
+        try:
+            check_reference(image.parent.image_ref, "image.parent.image_ref")
+        except SglxError as exc:
+            return exc.message
     return None
 
 

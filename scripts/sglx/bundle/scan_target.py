@@ -43,6 +43,14 @@ def bundle_archive(bundle: Path) -> tuple[ChunkedArchive, Rules]:
             code="usage",
         )
     manifest = parse(read_manifest_bytes(bundle), str(bundle / layout.MANIFEST))
+    if manifest.image.parent is not None:
+        raise SglxError(
+            f"{bundle} is a delta over the bundle {layout.shown(manifest.image.parent.bundle)}: "
+            "its archive lacks that bundle's layers, so it cannot be scanned alone",
+            hint="its report of the whole image, made at create, is meta/scan.json (`sglx bundle "
+            "verify` shows its findings); or scan the image itself with `sglx scan --image REF`",
+            code="usage",
+        )
     profile = bundle_profile(bundle, manifest.arch)
     wheels = tuple(sorted((bundle / layout.WHEELHOUSE).glob("*.whl")))
     site = site_packages(profile) if wheels else ""

@@ -1,26 +1,44 @@
-"""`sglx bundle verify`: the file check (verify.py), then the dependency scan of the image
-archive with the arch's rules, as one report (exit 0 ok, 1 findings, 2 usage or environment).
+"""`sglx bundle verify`: the file check (verify.py), bundle.json's layers against the archive
+(image_archive.py), then the dependency scan of the image archive with the arch's rules, as one
+report (exit 0 ok, 1 findings, 2 usage or environment).
+
+A delta (bundle.json's image.parent) says which parent it needs; its archive lacks that
+parent's layers, so its scan is the report made at create from the whole image. With `--with
+PARENT` (repeatable) each link of its chain is checked (sglx.bundle.delta.chain_findings).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from sglx.bundle import layout
+from sglx.bundle.delta import Bundle, chain_findings, describe, read_bundle
+from sglx.bundle.image_archive import layer_findings
+from sglx.bundle.manifest import BundleManifest
 from sglx.bundle.source import bundle_folder
 from sglx.bundle.verify import FileCheck, SignaturePolicy, check_files
 from sglx.progress import Progress
 from sglx_core.errors import SglxError
 from sglx_core.report import Finding, Result, Table
+from sglx_core.untrusted import read_json
 
 
 def verify_bundle(
-    path: Path, *, signature: SignaturePolicy, scan: bool, jobs: int, progress: Progress
+    path: Path,
+    *,
+    signature: SignaturePolicy,
+    scan: bool,
+    jobs: int,
+    progress: Progress,
+    parents: Sequence[Path] = (),
 ) -> Result:
+    chain = [read_bundle(parent, "--with") for parent in parents]
     try:
         with bundle_folder(path, progress) as folder:
-            return _verify(folder, path, signature, scan, jobs, progress)
+            return _verify(folder, path, signature, scan, jobs, progress, chain)
     except SglxError as exc:
         if exc.code != "bundle_tar_unsafe":
             raise
@@ -35,16 +53,28 @@ def _verify(
     scan: bool,
     jobs: int,
     progress: Progress,
+    chain: Sequence[Bundle] = (),
 ) -> Result:
     started = time.monotonic()
     check = check_files(folder, threads=jobs, progress=progress, signature=signature)
     hashing_s = time.monotonic() - started
     findings = list(check.findings)
+    manifest = check.manifest
+    if manifest is not None and not findings:
+        findings += layer_findings(folder, manifest)
+    delta = manifest is not None and manifest.image.parent is not None
     scan_status = "skipped (--no-scan)" if not scan else "not run: the files did not verify"
-    if scan and not findings and check.manifest is not None:
+    if scan and not findings and delta:
+        findings += _report_findings(folder)
+        scan_status = "findings" if findings else "ok"
+        scan_status += " (a delta: the report made at create, of the whole image)"
+    elif scan and not findings and check.manifest is not None:
         findings += _scan(folder, check, jobs, progress)
         scan_status = "findings" if len(findings) else "ok"
-    manifest = check.manifest
+    chain_lines: list[str] = []
+    if manifest is not None and chain:
+        more, chain_lines = chain_findings(manifest, chain)
+        findings += more
     rate = check.hashed_bytes / hashing_s if hashing_s > 0 else 0.0
     data = {
         "path": str(given),
@@ -57,6 +87,7 @@ def _verify(
         "signed": (folder / layout.SIGNATURE).is_file(),
         "signature_checked": check.signature_checked,
         "scan": scan_status,
+        **_delta_data(manifest),
     }
     rows = (
         ("files", str(data["files"]), f"{layout.human(check.hashed_bytes)} hashed"),
@@ -69,12 +100,61 @@ def _verify(
         ("scan", scan_status, ""),
     )
     verdict = "bundle verified" if not findings else f"{len(findings)} problem(s) found"
+    if manifest is not None and manifest.image.parent is not None:
+        needs = manifest.image.referenced()
+        verdict += (
+            f"; it is {describe(manifest.image)} and needs {len(needs)} of its layers "
+            f"({layout.human(sum(n.size for n in needs))}): install that bundle first"
+        )
+        if not chain:
+            verdict += "; --with PARENT checks that the chain is complete"
     return Result(
         ("bundle", "verify"),
         data=data,
         tables=(Table(("check", "result", "detail"), rows, title=f"verify of {given}"),),
-        lines=(verdict,),
+        lines=(*chain_lines, verdict),
         findings=tuple(findings),
+    )
+
+
+def _delta_data(manifest: BundleManifest | None) -> dict[str, Any]:
+    """`parent` (null for a full bundle) and `needs`: the chain ids a delta takes from it."""
+    if manifest is None:
+        return {"parent": None, "needs": []}
+    image = manifest.image
+    return {
+        "parent": None if image.parent is None else image.parent.model_dump(mode="json"),
+        "needs": [layer.chain_id for layer in image.referenced()],
+    }
+
+
+def _report_findings(folder: Path) -> list[Finding]:
+    """A delta's scan: the findings of the report create made of the whole image."""
+    path = folder / layout.SCAN_REPORT
+    if not path.is_file():
+        return []
+    remake = "create the bundle again on the source side (its scan report is damaged)"
+    try:
+        envelope = read_json(path, what="scan report", max_bytes=layout.MAX_META_BYTES, hint=remake)
+    except SglxError as exc:
+        return [Finding("bundle_scan", exc.message, layout.SCAN_REPORT, exc.hint)]
+    items = envelope.get("findings") if isinstance(envelope, dict) else None
+    if not isinstance(items, list) or envelope.get("status") not in ("ok", "findings"):
+        message = f"{layout.SCAN_REPORT} is not a scan report"
+        return [Finding("bundle_scan", message, layout.SCAN_REPORT, remake)]
+    return [
+        Finding(
+            "bundle_scan",
+            f"image scan (at create): {item.get('message')}",
+            item.get("path"),
+            item.get("hint"),
+        )
+        for item in items
+        if isinstance(item, dict)
+    ] or (
+        [Finding("bundle_scan", "the scan report has findings", layout.SCAN_REPORT, remake)]
+        if envelope.get("status") == "findings"
+        else []
     )
 
 

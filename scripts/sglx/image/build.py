@@ -32,13 +32,13 @@ from pathlib import Path
 from typing import Any
 
 from sglx import __version__
-from sglx.engine import docker_client
+from sglx.engine import docker_client, read_image_file
 from sglx.image import payload, prune
 from sglx.image.render import dockerfile_path, stale
 from sglx.progress import Progress
 from sglx.wheels import wheelhouse
 from sglx.wheels.steps import default_wheelhouse, load_lock, lock_path
-from sglx_core import base_facts, base_probe
+from sglx_core import base_facts, base_probe, triton_cache
 from sglx_core.errors import SglxError
 from sglx_core.paths import source_root
 from sglx_core.profile import Profile
@@ -134,6 +134,9 @@ def build_image(
             labels,
             progress,
         )
+    if profile.kernels.prebuilt_cache is not None:
+        labels[triton_cache.LABEL] = _prebuilt_cache_label(client, image_id)
+        image_id = _relabel(client, image_id, tag, labels, progress)
     image = client.images.get(image_id)
     replaced = []
     if deps_id is not None:
@@ -411,6 +414,30 @@ def _labels(
     }
 
 
+def _prebuilt_cache_label(client: Any, image_id: str) -> str:
+    """What the image's prebuilt Triton cache is keyed by, from the manifest the build wrote."""
+    path = f"{triton_cache.IMAGE_ROOT}/{triton_cache.MANIFEST}"
+    raw = read_image_file(client, image_id, path, triton_cache.MAX_MANIFEST_BYTES)
+    if raw is None:
+        raise SglxError(
+            f"the image holds no prebuilt Triton cache manifest at {path}",
+            hint="the build's sglx_platform.warm_cache step did not run: rebuild with --no-cache",
+            code="build_failed",
+        )
+    with scratch_dir("sglx-triton-cache-") as scratch:
+        (scratch / triton_cache.MANIFEST).write_bytes(raw)
+        return triton_cache.read_manifest(scratch).label()
+
+
+def _relabel(
+    client: Any, image_id: str, tag: str, labels: dict[str, str], progress: Progress
+) -> str:
+    """The image with `labels` added: a label-only step on top (its config changes, no layer
+    does), because the key of the prebuilt cache is known only once the build has made it."""
+    progress(f"labelling {tag} with its prebuilt Triton cache key")
+    return docker_build(client, False, f"FROM {image_id}\n", tag, {}, labels, progress)[0]
+
+
 def _revision() -> str:
     root = source_root()
     try:
@@ -434,18 +461,26 @@ def _revision() -> str:
 def docker_build(
     client: Any,
     no_cache: bool,
-    context: Path,
+    context: Path | str,
     tag: str,
     buildargs: dict[str, str],
     labels: dict[str, str],
     progress: Progress,
 ) -> tuple[str, str | None]:
-    """Run the build; return the image id and the (short) id of the deps stage it ended with."""
+    """Run the build of the folder `context` (or of a Dockerfile's text, with no context);
+    return the image id and the (short) id of the deps stage it ended with."""
+    import io
+
     tail: list[str] = []
     image_id = ""
     deps = DepsStage()
+    source: dict[str, Any] = (
+        {"path": str(context)}
+        if isinstance(context, Path)
+        else {"fileobj": io.BytesIO(context.encode())}
+    )
     stream = client.api.build(
-        path=str(context),
+        **source,
         tag=tag,
         nocache=no_cache,
         buildargs=buildargs,

@@ -20,14 +20,12 @@ a tagged image is built on, and never forces: an image a container uses is repor
 from __future__ import annotations
 
 import datetime as dt
-import io
 import json
-import tarfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
-from sglx.engine import docker_client
+from sglx.engine import docker_client, read_image_file
 from sglx.image.render import MODEL_DIR
 from sglx.progress import Progress
 from sglx.weights.manifest import MANIFEST_NAME
@@ -206,30 +204,13 @@ def payloads(client: Any, engine: Engine, arch: str | None) -> list[Leftover]:
 
 def _weights_arch(client: Any, image_id: str) -> str | None:
     """The arch in a weights image's manifest, read from a container that is never started."""
-    from docker.errors import DockerException
-
-    container = client.api.create_container(
-        image_id, command=["/sglx-prune-never-runs"], network_disabled=True
-    )
+    raw = read_image_file(client, image_id, f"{MODEL_DIR}/{MANIFEST_NAME}", MAX_MANIFEST_BYTES)
     try:
-        stream, stat = client.api.get_archive(container["Id"], f"{MODEL_DIR}/{MANIFEST_NAME}")
-        if int(stat.get("size", 0)) > MAX_MANIFEST_BYTES:
-            return None
-        data = bytearray()
-        for chunk in stream:
-            data += chunk
-            if len(data) > MAX_MANIFEST_BYTES + (1 << 20):  # the tar adds headers only
-                return None
-        with tarfile.open(fileobj=io.BytesIO(bytes(data))) as tar:
-            member = tar.next()
-            handle = tar.extractfile(member) if member is not None else None
-            document = json.loads(handle.read()) if handle is not None else {}
-        owner = document.get("arch") if isinstance(document, dict) else None
-        return owner if isinstance(owner, str) else None
-    except (DockerException, tarfile.TarError, ValueError):
+        document = json.loads(raw) if raw is not None else {}
+    except ValueError:
         return None
-    finally:
-        client.api.remove_container(container["Id"], force=True)
+    owner = document.get("arch") if isinstance(document, dict) else None
+    return owner if isinstance(owner, str) else None
 
 
 def _with_sizes(client: Any, leftovers: list[Leftover]) -> list[Leftover]:

@@ -13,11 +13,11 @@ from typing import Any
 from sglx_core.profile import Profile, images_dir, known_arches, load_profile
 from sglx_core.profile.loader import display_path
 from sglx_core.report import Finding, Result, Table
+from sglx_core.triton_cache import IMAGE_ROOT as TRITON_CACHE_ROOT
 from sglx_core.util import atomic_write_text
 
 TEMPLATE = "Dockerfile.j2"
 MODEL_DIR = "/models/model"
-CACHE_DIR = "/var/cache/sglx"
 
 
 def context(profile: Profile) -> dict[str, Any]:
@@ -34,7 +34,11 @@ def context(profile: Profile) -> dict[str, Any]:
         "user": user,
         "home": home,
         "model_dir": MODEL_DIR,
-        "writable": [CACHE_DIR, "/models"],
+        "triton_cache": TRITON_CACHE_ROOT,
+        # The node-local JIT cache folder: the runtime user's, mode 0700 (sglx-serve refuses
+        # any other; a host folder mounted over it must be the same).
+        "jit_cache": profile.container.jit_cache.target,
+        "writable": [profile.container.jit_cache.target, "/models"],
     }
 
 

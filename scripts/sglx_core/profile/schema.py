@@ -319,6 +319,28 @@ class LockDir(_Strict):
     target: AbsPath = Field(description="Where the container sees it; SGLX_LOCK_DIR is set to it.")
 
 
+class JitCache(_Strict):
+    """The node-local JIT cache: one host folder per image id, mounted where the profile's
+    JIT caches live (TRITON_CACHE_DIR, AITER_JIT_DIR and the like point under `target`).
+
+    The host folder of an image is `<host_root>/<image id hex, without "sha256:">`: never shared
+    between images, so never reused across arch or image; owned by container.uid, mode 0700.
+    Every `docker run` sglx writes (the systemd unit, install.sh, `sglx bundle install`)
+    creates it and mounts it at `target`, naming it in SGLX_JIT_CACHE_HOST. The server loads
+    code from it, so sglx-serve refuses to start when the folder is not its own, mode 0700
+    (plugin/sglx_platform/jit_cache.py)."""
+
+    target: AbsPath = Field(
+        description="The folder in the container (the image makes it, owned by the runtime "
+        "user, mode 0700)."
+    )
+    host_root: AbsPath = Field(
+        description="Folder on the host that holds one cache folder per image id; a site may "
+        "override it (sglang_service_jit_cache_root, install.sh and `sglx bundle install` "
+        "--jit-root).",
+    )
+
+
 class Container(_Strict):
     """How the server container runs (docker run flags, Docker SDK arguments)."""
 
@@ -338,6 +360,9 @@ class Container(_Strict):
     mounts: tuple[Mount, ...] = Field(default=(), description="Host paths bind-mounted in.")
     lock_dir: LockDir = Field(
         description="Host folder of the device-init lock (one per host, shared by its servers)."
+    )
+    jit_cache: JitCache = Field(
+        description="Node-local JIT cache folder, one per image id on each host."
     )
     network: Literal["bridge", "host"] = Field(
         default="bridge", description="Container network (host only for multi-node/RDMA)."
@@ -557,6 +582,22 @@ class Weights(_Strict):
 SglangOp = Literal["rms_norm", "silu_and_mul", "gelu_and_mul", "rotary_embedding"]
 
 
+class PrebuiltCache(_Strict):
+    """Triton cache entries compiled at image build for the arch's devices (sglx_kernels.warm).
+
+    The targets are the gfx names of `devices.probe.gfx_target_versions` with `kernels.warp_size`;
+    the shapes come from the baked model at each tensor-parallel size of `serving.profiles`.
+    """
+
+    backend: Literal["hip"] = Field(description="Triton backend of the devices (hip on ROCm).")
+    tokens: tuple[Annotated[int, Field(strict=True, ge=1, le=1 << 20)], ...] = Field(
+        min_length=1,
+        max_length=64,
+        description="Tokens per launch to compile for: Triton specializes on a count of 1 and "
+        "on divisibility by 16, and the launch plan on the count's remainder per block.",
+    )
+
+
 class Kernels(_Strict):
     """sglx kernels on this arch."""
 
@@ -569,6 +610,10 @@ class Kernels(_Strict):
     )
     warp_size: Literal[32, 64] | None = Field(
         default=None, description="Threads per warp/wavefront (64 on CDNA, 32 on RDNA)."
+    )
+    prebuilt_cache: PrebuiltCache | None = Field(
+        default=None,
+        description="Compile sglx's Triton kernels into the image for its devices; null = none.",
     )
 
 
@@ -1000,6 +1045,15 @@ class Profile(_Strict):
             raise ValueError(
                 f"platform.family '{self.platform.family}' needs devices.probe.kind "
                 f"'{expected_probe}', found '{self.devices.probe.kind}'"
+            )
+        if self.kernels.prebuilt_cache is not None and (
+            not self.kernels.triton
+            or self.kernels.warp_size is None
+            or not isinstance(self.devices.probe, KfdProbe)
+        ):
+            raise ValueError(
+                "kernels.prebuilt_cache needs kernels.triton true, kernels.warp_size and a kfd "
+                "devices.probe (its gfx_target_versions name the targets)"
             )
         return self
 

@@ -1,0 +1,106 @@
+"""`sglx bundle inspect`: what a bundle holds, by layer, without checking it.
+
+The image's layers bottom first with their sizes, and for each whether the archive carries it
+or a delta takes it from its parent bundle (named, with its digest). A bundle made before
+bundle.json recorded layers is read from its archive's image config and members instead.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from sglx.bundle import layout
+from sglx.bundle.delta import describe, read_bundle
+from sglx.bundle.layers import chain_ids
+from sglx.bundle.manifest import LayerEntry
+from sglx.progress import Progress
+from sglx_core.errors import SglxError
+from sglx_core.report import Result, Table
+
+
+def inspect_bundle(path: Path, progress: Progress) -> Result:
+    if path.is_file() and path.suffix == ".tar":
+        raise SglxError(
+            f"{path} is a bundle tar: inspect reads a bundle folder or its bundle.json",
+            hint=f"unpack it once with `sh {path.stem}.install.sh --check {path.name}` and "
+            "inspect the folder",
+            code="usage",
+        )
+    bundle = read_bundle(path, "inspect")
+    manifest, image = bundle.manifest, bundle.manifest.image
+    layers, source = image.layers, "bundle.json"
+    if layers is None:
+        layers, source = _from_archive(bundle.folder, image), "the archive (not in bundle.json)"
+    progress(f"{len(layers or ())} layers, from {source}")
+    rows = []
+    for index, layer in enumerate(layers or ()):
+        where = "carried" if layer.carried else f"from {layout.shown(_parent_name(image))}"
+        rows.append((str(index), layer.diff_id, layout.human(layer.size), where))
+    carried = sum(layer.size for layer in layers or () if layer.carried)
+    taken = sum(layer.size for layer in layers or () if not layer.carried)
+    kind = "full" if image.parent is None else describe(image)
+    about = (
+        ("bundle", str(bundle.folder)),
+        ("digest", bundle.digest),
+        ("arch", manifest.arch),
+        ("image", f"{layout.shown(image.ref)} {image.id}"),
+        ("created", f"{manifest.created} by sglx {manifest.sglx_version}"),
+        ("kind", kind),
+        ("archive", f"{layout.human(image.size)} in {len(image.chunks)} chunks"),
+        ("files", f"{len(manifest.files)}, {layout.human(sum(e.size for e in manifest.files))}"),
+    )
+    tables = [Table(("field", "value"), about, title=f"bundle {bundle.name}")]
+    lines: list[str] = []
+    if layers is None:
+        lines.append("no layers: bundle.json records none and the image chunks are not there")
+    else:
+        tables.append(
+            Table(("#", "diff id", "size", "in this bundle"), tuple(rows), title="layers")
+        )
+        count = sum(1 for layer in layers if not layer.carried)
+        lines.append(
+            f"carries {len(layers) - count} of {len(layers)} layers ({layout.human(carried)})"
+            + (
+                f"; takes {count} ({layout.human(taken)}) from {layout.shown(_parent_name(image))}"
+                ", which a host must have installed first"
+                if count
+                else ""
+            )
+        )
+    data: dict[str, Any] = {
+        "path": str(bundle.folder),
+        "digest": bundle.digest,
+        "arch": manifest.arch,
+        "image": {"ref": image.ref, "id": image.id},
+        "parent": None if image.parent is None else image.parent.model_dump(mode="json"),
+        "layers_from": source if layers is not None else None,
+        "layers": None
+        if layers is None
+        else [{"index": i, **layer.model_dump(mode="json")} for i, layer in enumerate(layers)],
+        "carried_bytes": carried,
+        "referenced_bytes": taken,
+        "archive_bytes": image.size,
+        "bytes": sum(e.size for e in manifest.files),
+    }
+    return Result(("bundle", "inspect"), data=data, tables=tuple(tables), lines=tuple(lines))
+
+
+def _parent_name(image: Any) -> str:
+    return "the parent" if image.parent is None else str(image.parent.bundle)
+
+
+def _from_archive(folder: Path, image: Any) -> tuple[LayerEntry, ...] | None:
+    """A bundle made before layers were recorded: every layer carried, sized from its member."""
+    if not all((folder / chunk).is_file() for chunk in image.chunks):
+        return None
+    from sglx.bundle.image_archive import read_image
+
+    archive = read_image(folder, image)
+    chains = chain_ids(archive.diff_ids)
+    entries = []
+    for index, diff in enumerate(archive.diff_ids):
+        member = archive.layer_member(index)
+        size = 0 if member is None else member.size
+        entries.append(LayerEntry(diff_id=diff, chain_id=chains[index], size=size, carried=True))
+    return tuple(entries)

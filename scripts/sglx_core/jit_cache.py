@@ -1,0 +1,37 @@
+"""The node-local JIT cache folder: its name on the host, its mode, and the variable naming it.
+
+Each host keeps one folder per image id, `<host_root>/<image id hex>` (the profile's
+`container.jit_cache`), mounted at `target` in the server container, where the profile points
+Triton's, AITER's and the other JIT caches. Never shared between images, it is never reused
+across arch or image, and it outlives the container that every start removes. The host side
+(sglx.run_spec and sglx.jit_cache: the systemd unit, install.sh, `sglx bundle install`) and
+the plugin (sglx_platform.jit_cache, which refuses a folder that is not the server's own) both
+take these facts from here.
+"""
+
+from __future__ import annotations
+
+import re
+
+# The variable every `docker run` sglx writes sets to the host folder, so that the server can
+# name it in a refusal (the container sees only the target).
+HOST_ENV = "SGLX_JIT_CACHE_HOST"
+# The site's root of the folders, on the host (install.sh and `sglx bundle install`; the role
+# has sglang_service_jit_cache_root): unset = the profile's container.jit_cache.host_root.
+ROOT_ENV = "SGLX_JIT_ROOT"
+# The only mode the folder may have: the server's own, nobody else's (it loads code from it).
+MODE = 0o700
+_IMAGE_ID = re.compile(r"sha256:([0-9a-f]{64})")
+
+
+def folder_name(image_id: str) -> str:
+    """The folder of `image_id` under the host root: its 64 hex digits."""
+    found = _IMAGE_ID.fullmatch(image_id)
+    if found is None:
+        raise ValueError(f"{image_id!r} is not an image id (sha256: and 64 lowercase hex digits)")
+    return found.group(1)
+
+
+def host_folder(host_root: str, image_id: str) -> str:
+    """The host folder of `image_id`'s JIT cache under `host_root`."""
+    return f"{host_root.rstrip('/')}/{folder_name(image_id)}"
