@@ -13,9 +13,10 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 VENV=${VENV:-.venv}
 PYTHON=${PYTHON:-python3}
 DOCKERD_LOG=${DOCKERD_LOG:-/var/log/sglx-dockerd.log}
-# Debian packages the tool and its tests use: the engine, debootstrap for the cpu base, and
-# pax-utils (lddtree), the baseline bench/scan compares against.
-APT_PACKAGES=(docker.io debootstrap pax-utils)
+# Debian packages the tool and its tests use: the engine, debootstrap for the cpu base,
+# pax-utils (lddtree), the baseline bench/scan compares against, and the site registry's
+# docker-registry and skopeo (role sglx_registry, tests/integration/test_site_registry.py).
+APT_PACKAGES=(docker.io debootstrap pax-utils skopeo docker-registry)
 
 say() { printf 'bootstrap: %s\n' "$*"; }
 die() { printf 'bootstrap: error: %s\n' "$*" >&2; exit 2; }

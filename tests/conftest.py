@@ -57,6 +57,8 @@ def _private_jit_root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None
     scope: the module fixtures that install a bundle are set up before any function's."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("SGLX_JIT_ROOT", str(tmp_path_factory.getbasetemp() / "sglx-jit"))
+        # and the weights store entries they place, never /var/lib/sglx/models
+        patch.setenv("SGLX_MODELS_ROOT", str(tmp_path_factory.getbasetemp() / "sglx-models"))
         yield
 
 

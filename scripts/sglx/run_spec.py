@@ -14,6 +14,11 @@ The image id, when the consumer knows it, names the node-local JIT cache folder
 (sglx_core.jit_cache): `<host_root>/<id hex>`, mounted at the profile's target and named in
 SGLX_JIT_CACHE_HOST. Whoever starts the server creates it first, owned by the container's uid,
 mode 0700 (`make_jit_folder`; the role's `file:` task; install.sh's mkdir, chown, chmod).
+
+Weights kept outside the image are mounted read-only at the model target from the node-local
+weights store (sglx_core.weights_store): `<models root>/<weights digest hex>`, the root being
+the site's or the profile's `weights.store` (`model_folder`). Whoever installs the bundle has
+placed and verified that entry first (sglx.weights.store, install.sh, the bundle_install role).
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from sglx_core.env_floors import raised
 from sglx_core.errors import SglxError
 from sglx_core.jit_cache import HOST_ENV, MODE, host_folder
 from sglx_core.profile import Profile
+from sglx_core.weights_store import entry_folder
 
 MODEL_TARGET = "/models/model"
 # Docker's restart policy for a container started by hand (install.sh, bundle install); the
@@ -83,6 +89,9 @@ class RunSpec:
     jit_cache: JitCache | None = None
     restart: str = RESTART
     model_target: str = MODEL_TARGET
+    # The weights store's root (profile weights.store); None in the run.json of a bundle made
+    # before the store existed.
+    models_root: str | None = None
     server_args: tuple[str, ...] = ()
     version: int = field(default=RUN_SPEC_VERSION)
 
@@ -110,6 +119,7 @@ class RunSpec:
             )
             words = [*spec.options, *spec.lock, *spec.server_args, *spec.groups]
             words += [spec.arch, spec.network, spec.restart, spec.model_target]
+            words += [] if spec.models_root is None else [spec.models_root]
             words += [w for d in spec.devices for w in (d.path,)]
             words += [w for m in spec.mounts for w in (m.source, m.target)]
             words += [w for kv in spec.env.items() for w in kv]
@@ -164,6 +174,7 @@ def run_spec(profile: Profile) -> RunSpec:
         env={**env, **up},
         raised=up,
         jit_cache=JitCache(c.jit_cache.target, c.jit_cache.host_root, c.uid),
+        models_root=profile.weights.store,
     )
 
 
@@ -185,6 +196,22 @@ class Site:
     image_id: str | None = None
     # The site's root of the JIT cache folders; None = the profile's host_root.
     jit_root: str | None = None
+    # The weights digest (sha256:...) of weights kept outside the image: their store entry is
+    # mounted at the model target (a model_dir, the older way, wins).
+    weights_digest: str | None = None
+    # The site's root of the weights store; None = the spec's (the profile's weights.store).
+    models_root: str | None = None
+
+
+def model_folder(spec: RunSpec, site: Site) -> str | None:
+    """The host folder mounted read-only at the spec's model target: the site's model_dir, else
+    the store entry of the site's weights digest, else None (the weights are in the image)."""
+    if site.model_dir:
+        return site.model_dir
+    root = site.models_root or spec.models_root
+    if site.weights_digest is None or root is None:
+        return None
+    return entry_folder(root, site.weights_digest)
 
 
 def jit_folder(spec: RunSpec, site: Site) -> str | None:
@@ -293,8 +320,9 @@ def tail_words(spec: RunSpec, site: Site) -> list[str]:
     folder = jit_folder(spec, site)
     if folder is not None:
         words += jit_words(spec, folder)
-    if site.model_dir:
-        words += ["-v", f"{site.model_dir}:{spec.model_target}:ro"]
+    model = model_folder(spec, site)
+    if model is not None:
+        words += ["-v", f"{model}:{spec.model_target}:ro"]
     for key, value in sorted({**spec.env, **site.extra_env}.items()):
         words += ["-e", f"{key}={value}"]
     words.append(site.image)
@@ -322,4 +350,9 @@ def ansible_vars(spec: RunSpec) -> dict[str, Any]:
         "sglang_service_jit_cache": {}
         if spec.jit_cache is None
         else {**asdict(spec.jit_cache), "mode": f"{MODE:04o}", "env": HOST_ENV},
+        # The unit mounts <models root>/<weights digest hex> at target, read-only, for weights
+        # kept outside the image (sglang_service_weights_digest).
+        "sglang_service_weights_store": {}
+        if spec.models_root is None
+        else {"root": spec.models_root, "target": spec.model_target},
     }

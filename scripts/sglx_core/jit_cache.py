@@ -11,7 +11,7 @@ take these facts from here.
 
 from __future__ import annotations
 
-import re
+from sglx_core.util import sha256_hex
 
 # The variable every `docker run` sglx writes sets to the host folder, so that the server can
 # name it in a refusal (the container sees only the target).
@@ -21,15 +21,11 @@ HOST_ENV = "SGLX_JIT_CACHE_HOST"
 ROOT_ENV = "SGLX_JIT_ROOT"
 # The only mode the folder may have: the server's own, nobody else's (it loads code from it).
 MODE = 0o700
-_IMAGE_ID = re.compile(r"sha256:([0-9a-f]{64})")
 
 
 def folder_name(image_id: str) -> str:
     """The folder of `image_id` under the host root: its 64 hex digits."""
-    found = _IMAGE_ID.fullmatch(image_id)
-    if found is None:
-        raise ValueError(f"{image_id!r} is not an image id (sha256: and 64 lowercase hex digits)")
-    return found.group(1)
+    return sha256_hex(image_id, "an image id")
 
 
 def host_folder(host_root: str, image_id: str) -> str:

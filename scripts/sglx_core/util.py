@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import signal
 import stat
@@ -18,6 +19,17 @@ from sglx_core.errors import SglxError
 from sglx_core.untrusted import file_kind
 
 CHUNK = 1 << 20
+_SHA256 = re.compile(r"sha256:([0-9a-f]{64})")
+
+
+def sha256_hex(digest: str, what: str) -> str:
+    """The 64 hex digits of `digest` ("sha256:" and 64 lowercase hex): the one rule for naming
+    a folder after a digest (the JIT cache's per image, the weights store's per manifest), so
+    no digest from a record can name a path outside its root."""
+    found = _SHA256.fullmatch(digest)
+    if found is None:
+        raise ValueError(f"{digest!r} is not {what} (sha256: and 64 lowercase hex digits)")
+    return found.group(1)
 
 
 def sha256_file(path: Path) -> str:

@@ -2,8 +2,10 @@
 host checks (`sglx hosts check`, testinfra over the same inventory):
 
 site.yml (idempotent, check mode), preflight checks, rollout.yml of the cpu bundle (idempotent),
-acceptance checks, three breaks on one host that the checks name and a playbook repairs, and a
-failed upgrade that is rolled back.
+acceptance checks, three breaks on one host that the checks name and a playbook repairs, a
+failed upgrade that is rolled back (its delta bundle copied from the control node and staged
+on both hosts before the first restart, so that the serial batches hold no copy), a serving
+group, and staging from a site registry by digest.
 
 The hosts share this machine's engine (see helpers/test_hosts.py). Consequences the test
 names: a bind mount's source is a path of this machine, so each host's node-local JIT cache
@@ -34,6 +36,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -46,10 +49,18 @@ from typing import Any
 
 import pytest
 import yaml
+from helpers.bundles import import_tiny_image
 from helpers.child_env import child_environment
-from helpers.engine_fixtures import build_cpu_image, free_port, make_cpu_bundle
+from helpers.engine_fixtures import (
+    build_cpu_image,
+    free_port,
+    has_image,
+    make_cpu_bundle,
+    remove_images,
+)
 from helpers.run_shared import shared_folder
 from helpers.server import http
+from helpers.site_registry import site_registry
 from helpers.test_hosts import SshHost, build_host_image, recap, sh
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docker, pytest.mark.slow]
@@ -188,6 +199,8 @@ def slowest_tasks(folder: Path, count: int = 6) -> list[str]:
 
 
 BOTH = ("-e", "sglx_rollout_serial=2")
+# Where the upgrade's bundle is copied to on each host (inside the host, not a shared folder).
+ON_HOST_V2 = "/srv/sglx/bundles/v2"
 SERVING_CHECKS = (
     "bundle_image_present", "service_active", "running_server_environment",
     "running_container_shares_the_device_init_lock", "running_container_mounts_its_jit_cache",
@@ -440,7 +453,9 @@ def test_rollout_serves_on_both_hosts_idempotently(
         assert "the engine already has image" in log
     code, again = fleet.play(roll_inv, "rollout.yml", "-e", f"sglx_bundle_path={v1}", *BOTH)
     assert code == 0, again
-    assert {h: r["changed"] for h, r in recap(again).items()} == {"host-a": 0, "host-b": 0}, again
+    # (localhost: the play that seeds a site registry, skipped without one.)
+    changed = {h: r["changed"] for h, r in recap(again).items()}
+    assert changed == {"host-a": 0, "host-b": 0, "localhost": 0}, again
     assert f"host-a: unchanged: runs bundle {digest_of(v1)}" in again
 
 
@@ -538,9 +553,20 @@ def test_a_failed_upgrade_is_rolled_back(fleet: Fleet) -> None:
                 "sglang_service_restart_sec": 1,
             }
         }
+        # Copied from the control node this time: staged on both hosts (copy, verify, load)
+        # before the first restart; the serial batches then hold no copy, verify or load.
         code, out = fleet.play(fleet.inventory("v2", "cpu", broken), "rollout.yml",
-                               "-e", f"sglx_bundle_path={v2}")  # fmt: skip
+                               "-e", f"sglx_bundle_src={v2}",
+                               "-e", f"sglx_bundle_path={ON_HOST_V2}")  # fmt: skip
         assert code != 0, out
+        staging, serial = out.split("PLAY [Roll the bundle out]", 1)
+        assert "PLAY [Stage the bundle on every host" in staging, out
+        for host in ("host-a", "host-b"):
+            assert f"{host}: staged: bundle {digest_of(v2)} loaded (image {v2_id})" in staging, out
+            # The summary's bytes copied to each host: every file of the delta, once.
+            line = rf"{host}: \w+: runs bundle [^\n]*; copied [^\n]* \({delta} bytes\)"
+            assert re.search(line, serial), out
+        assert "bundle_install :" not in serial and "Copy the bundle" not in serial, serial
         assert f"host-a: updated: runs bundle {digest_of(v2)}" in out
         assert f"host-b: rolled_back: runs bundle {digest_of(v1)}" in out
         assert "restarted" in out and "the server crashes on start" in out
@@ -554,10 +580,11 @@ def test_a_failed_upgrade_is_rolled_back(fleet: Fleet) -> None:
         assert failures(report) == {("host-b", "group_runs_the_same")}, report
         said = message(report, "host-b", "group_runs_the_same")
         assert f"image: '{v1_id}' here, '{v2_id}' on the others" in said
-        # host-a loaded the delta over the first version's layers (host-b then found it
-        # loaded: one engine); the archive carried the new layer alone.
-        log = a.exec(f"cat /var/lib/sglx/bundles/{digest_of(v2).replace(':', '-')}.log")
-        assert f"loading {image['ref']} from 1 chunks" in log, log
+        # A host loaded the delta over the first version's layers (both staged at once on one
+        # engine, so either may have found it loaded); the archive carried the new layer alone.
+        record = f"/var/lib/sglx/bundles/{digest_of(v2).replace(':', '-')}.log"
+        logs = a.exec(f"cat {record}") + b.exec(f"cat {record}")
+        assert f"loading {image['ref']} from 1 chunks" in logs, logs
         *below, top = (layer["carried"] for layer in image["layers"])
         assert top and not any(below), image["layers"]
         assert delta < full / 100, (delta, full)  # issue 26: a plugin-only change, under 1 %
@@ -617,3 +644,46 @@ def test_a_serving_group_rolls_out_as_one_server_and_names_a_hand_changed_node(
     assert ("host-a", "serving_group_forms") not in failures(report), report
     said = message(report, "host-b", "serving_group_forms")
     assert "arg:max_running_requests: '7' here" in said, said
+
+
+def test_staging_pulls_from_a_site_registry_by_digest(
+    fleet: Fleet, docker: Any, run_id: str
+) -> None:
+    """Issue 26: rollout.yml with a site registry (role sglx_registry: Debian's docker-registry
+    on 127.0.0.1, tests/helpers/site_registry.py). The seed play pushes the bundle's image from
+    the control node once; both hosts stage by pulling it by digest, and the control node copies
+    them only the bundle's manifest files. Staging alone (`--tags sglx_rollout_stage`): the
+    image is a tiny one (tests/helpers/bundles.py), which serves nothing.
+
+    What one shared engine hides: the engine built the image, so it is removed first; the first
+    host's pull then fetches its layer from the registry, and the other host's finds it (two
+    machines would each fetch it); had the image stayed, the pulls would fetch no byte at all."""
+    tag = f"sglx-test/registry-e2e:{run_id}"
+    work = fleet.work / "registry"
+    bundle = work / "bundle"
+    image_id = import_tiny_image(docker, tag, blob_bytes=500_000)
+    try:
+        sh(str(BIN / "sglx"), "bundle", "create", "--arch", "cpu", "--image", tag,
+           "--out", str(bundle), "--no-scan", "-q")  # fmt: skip
+        remove_images(docker, image_id)
+        assert not has_image(docker, image_id)
+        with site_registry(work) as registry:
+            code, out = fleet.play(
+                fleet.inventory("registry", "cpu", {}), "rollout.yml",
+                "--tags", "sglx_rollout_stage",
+                "-e", f"sglx_bundle_src={bundle}", "-e", "sglx_bundle_path=/srv/sglx/bundles/tiny",
+                "-e", json.dumps(registry.vars),
+            )  # fmt: skip
+            assert code == 0, out
+            assert re.search(r"seeded \S+@sha256:[0-9a-f]{64} \(\S+\): pushed 1 of 1 layers", out)
+            manifest_files = sum((bundle / f).stat().st_size for f in ("bundle.json", "SHA256SUMS"))
+            for host in fleet.hosts:
+                line = f"{host.name}: staged: bundle {digest_of(bundle)} loaded (image {image_id})"
+                assert line in out, out
+                listed = host.exec("ls /srv/sglx/bundles/tiny").split()
+                assert sorted(listed) == ["SHA256SUMS", "bundle.json"], listed
+            assert out.count(f"{manifest_files / 1024:.1f} KiB copied") == 2, out
+            assert has_image(docker, image_id)
+    finally:
+        remove_images(docker, image_id)
+        shutil.rmtree(work, ignore_errors=True)

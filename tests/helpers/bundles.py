@@ -1,5 +1,6 @@
-"""Helpers for the bundle tests: tiny images made with `docker import`, malicious tars, and
-running `sglx` as a separate process (for the kill-and-resume tests)."""
+"""Helpers for the bundle tests: tiny images made with `docker import` and one-layer children
+of them, malicious tars, and running `sglx` as a separate process (for the kill-and-resume
+tests)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from sglx.bundle.manifest import Kind
+    from sglx.bundle.manifest import Kind, WeightsRecord
 
 
 def import_tiny_image(
@@ -31,11 +32,37 @@ def import_tiny_image(
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
     repository, _, label = tag.rpartition(":")
-    changes = [f"LABEL {key}={value}" for key, value in (labels or {}).items()]
     docker.api.import_image_from_data(
-        buffer.getvalue(), repository=repository, tag=label, changes=changes or None
+        buffer.getvalue(), repository=repository, tag=label, changes=_label_changes(labels)
     )
     return str(docker.images.get(tag).id)
+
+
+def child_image(
+    docker: Any, base: str, tag: str, name: str, size: int, labels: dict[str, str] | None = None
+) -> str:
+    """`base` with one more layer holding /NAME (`size` random bytes) and `labels` set on it,
+    committed from a container that is never started (the base's own labels are kept)."""
+    container = docker.containers.create(base, command=["/never-started"], network_disabled=True)
+    try:
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w") as tar:
+            info = tarfile.TarInfo(name)
+            info.size = size
+            tar.addfile(info, io.BytesIO(os.urandom(size)))
+        container.put_archive("/", buffer.getvalue())
+        repository, _, label = tag.rpartition(":")
+        committed = container.commit(
+            repository=repository, tag=label, changes=_label_changes(labels)
+        )
+        return str(committed.id)
+    finally:
+        container.remove(force=True)
+
+
+def _label_changes(labels: dict[str, str] | None) -> list[str] | None:
+    """Dockerfile `LABEL` instructions setting `labels`, as the engine's `changes` take them."""
+    return [f"LABEL {key}={value}" for key, value in labels.items()] if labels else None
 
 
 def member(name: str, kind: str = "file", target: str = "", data: bytes = b"x") -> tarfile.TarInfo:
@@ -79,10 +106,18 @@ def file_kind(path: str) -> Kind:
         return "ansible"
     if path == "install.sh":
         return "install"
+    if path.startswith("weights/"):
+        return "weights"
     return "wheel" if path.endswith(".whl") else "meta"
 
 
-def hand_bundle(folder: Path, archive: Path, files: dict[str, bytes], chunk_size: int) -> Path:
+def hand_bundle(
+    folder: Path,
+    archive: Path,
+    files: dict[str, bytes],
+    chunk_size: int,
+    weights: WeightsRecord | None = None,
+) -> Path:
     """A bundle in the real format written without an engine: `archive` (a docker-archive
     made by hand) split by the real ChunkWriter, `files` beside it (kinds as create gives
     them; any ansible/ path fills the Ansible slot), manifest and SHA256SUMS."""
@@ -133,6 +168,7 @@ def hand_bundle(folder: Path, archive: Path, files: dict[str, bytes], chunk_size
         ansible=Slot(included=True, path="ansible")
         if any(p.startswith("ansible/") for p in files)
         else Slot(included=False),
+        weights=weights,
         files=tuple(sorted(entries, key=lambda e: e.path)),
     )
     raw = dump(manifest)

@@ -34,6 +34,13 @@ def freeze(config: pytest.Config) -> None:
     )
 
 
+def freeze_as(environment: dict[str, str]) -> None:
+    """Take `environment` as the copy: for a script outside pytest that uses the helpers
+    (bench/bundle/bench_rollout.py), which patches nothing."""
+    global _fixed
+    _fixed = MappingProxyType(dict(environment))
+
+
 def child_environment(**extra: str) -> dict[str, str]:
     """The fixed environment, plus `extra`."""
     if _fixed is None:

@@ -218,3 +218,14 @@ def remove_images(docker: Any, *tags: str) -> None:
     for tag in tags:
         with contextlib.suppress(ImageNotFound):
             docker.images.remove(tag, force=True)
+
+
+def has_image(docker: Any, ref: str) -> bool:
+    """Whether the engine holds `ref` (an image id or a reference)."""
+    from docker.errors import ImageNotFound
+
+    try:
+        docker.images.get(ref)
+    except ImageNotFound:
+        return False
+    return True

@@ -6,7 +6,6 @@ Every image carries the session's run id and is removed at the end."""
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import subprocess
 from collections.abc import Callable, Iterator
@@ -14,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from docker.errors import ImageNotFound
+from helpers.engine_fixtures import has_image, remove_images
 from helpers.image_archives import (
     docker_members,
     file_member,
@@ -40,17 +39,7 @@ def names(docker: Any, run_id: str) -> Iterator[Callable[[str], str]]:
         return made[-1]
 
     yield name
-    for ref in made:
-        with contextlib.suppress(ImageNotFound):
-            docker.images.remove(ref, force=True)
-
-
-def _present(docker: Any, ref: str) -> bool:
-    try:
-        docker.images.get(ref)
-    except ImageNotFound:
-        return False
-    return True
+    remove_images(docker, *made)
 
 
 def test_a_docker_save_of_an_imported_image_loads_and_is_tagged(
@@ -71,7 +60,7 @@ def test_a_docker_save_of_an_imported_image_loads_and_is_tagged(
     assert expected in out and extra in out
     assert "Traceback" not in out + err
     assert docker.images.get(extra).id == expected
-    assert not _present(docker, source)  # --tag replaces the archive's own tag
+    assert not has_image(docker, source)  # --tag replaces the archive's own tag
     code, out, err = sglx("base", "load", str(archive), "--sha256", digest, "-q")
     assert code == 0, err
     assert docker.images.get(source).id == expected
@@ -105,8 +94,8 @@ def test_an_archive_the_engine_refuses_is_an_error_and_leaves_nothing_tagged(
     assert "sglx: error: the engine failed loading bad.tar: invalid diffID for layer 0" in err
     assert "hint: check the engine" in err
     assert "Traceback" not in out + err
-    assert not _present(docker, ref)
-    assert not _present(docker, image_id(members))
+    assert not has_image(docker, ref)
+    assert not has_image(docker, image_id(members))
 
 
 def test_a_base_that_is_not_the_pinned_one_never_reaches_the_engine(
@@ -127,8 +116,8 @@ def test_a_base_that_is_not_the_pinned_one_never_reaches_the_engine(
     assert code == 2
     assert f"not the base the cpu profile pins ({pin})" in err
     assert "Traceback" not in out + err
-    assert not _present(docker, ref)
-    assert not _present(docker, image_id(members))
+    assert not has_image(docker, ref)
+    assert not has_image(docker, image_id(members))
     # Pinned to what it holds, the same archive loads.
     edit_yaml(images / "cpu" / "arch.yaml", {"base": {"digest": image_id(members)}})
     code, out, err = sglx("base", "load", str(archive), "--arch", "cpu", "-q")

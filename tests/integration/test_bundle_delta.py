@@ -11,21 +11,18 @@ exactly the images of this module it needs.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import io
 import json
-import os
 import shutil
 import subprocess
-import tarfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers.bundles import import_tiny_image
+from helpers.bundles import child_image, import_tiny_image
+from helpers.engine_fixtures import has_image, remove_images
 
 CliRunner = Callable[..., tuple[int, str, str]]
 JsonRunner = Callable[..., tuple[int, dict[str, Any]]]
@@ -40,53 +37,19 @@ class Chain:
     bundles: dict[str, Path]  # base (full), plugin-1 over base, plugin-2 over plugin-1, other
 
 
-def commit_child(docker: Any, base: str, tag: str, name: str, size: int) -> str:
-    """`base` with one more layer holding /NAME (random bytes), committed from a container
-    that is never started."""
-    container = docker.containers.create(base, command=["/never-started"], network_disabled=True)
-    try:
-        buffer = io.BytesIO()
-        with tarfile.open(fileobj=buffer, mode="w") as tar:
-            info = tarfile.TarInfo(name)
-            info.size = size
-            tar.addfile(info, io.BytesIO(os.urandom(size)))
-        container.put_archive("/", buffer.getvalue())
-        repository, _, label = tag.rpartition(":")
-        return str(container.commit(repository=repository, tag=label).id)
-    finally:
-        container.remove(force=True)
-
-
 def create(*args: str) -> None:
     from sglx.cli import main
 
     assert main(["bundle", "create", "--arch", "cpu", "--no-scan", "-q", *args]) == 0
 
 
-def remove_image(docker: Any, ref: str) -> None:
-    from docker.errors import ImageNotFound
-
-    with contextlib.suppress(ImageNotFound):
-        docker.images.remove(ref, force=True)
-
-
-def has_image(docker: Any, image_id: str) -> bool:
-    from docker.errors import ImageNotFound
-
-    try:
-        docker.images.get(image_id)
-    except ImageNotFound:
-        return False
-    return True
-
-
 @pytest.fixture(scope="module")
 def chain(docker: Any, run_id: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chain]:
     tags = {name: f"sglx-test/bundle-delta-{name}:{run_id}" for name in ORDER}
     ids = {"base": import_tiny_image(docker, tags["base"])}
-    ids["plugin-1"] = commit_child(docker, tags["base"], tags["plugin-1"], "plugin-1", 100_000)
-    ids["plugin-2"] = commit_child(docker, tags["plugin-1"], tags["plugin-2"], "plugin-2", 50_000)
-    ids["other"] = commit_child(docker, tags["base"], tags["other"], "other", 100_000)
+    ids["plugin-1"] = child_image(docker, tags["base"], tags["plugin-1"], "plugin-1", 100_000)
+    ids["plugin-2"] = child_image(docker, tags["plugin-1"], tags["plugin-2"], "plugin-2", 50_000)
+    ids["other"] = child_image(docker, tags["base"], tags["other"], "other", 100_000)
     folder = tmp_path_factory.mktemp("delta")
     bundles = {name: folder / name for name in ORDER}
     try:
@@ -98,7 +61,7 @@ def chain(docker: Any, run_id: str, tmp_path_factory: pytest.TempPathFactory) ->
         yield Chain(folder, tags, ids, bundles)
     finally:
         for name in ORDER:
-            remove_image(docker, ids.get(name, tags[name]))
+            remove_images(docker, ids.get(name, tags[name]))
         shutil.rmtree(folder, ignore_errors=True)
 
 
@@ -110,7 +73,7 @@ def engine_holds(docker: Any, chain: Chain, tmp: Path, *keep: str) -> None:
 
     for name in ORDER:
         if name not in keep:
-            remove_image(docker, chain.ids[name])
+            remove_images(docker, chain.ids[name])
     options = InstallOptions(state=tmp / "engine-state", jit_root=tmp / "jit")
     for name in reversed(ORDER):
         if name in keep and not has_image(docker, chain.ids[name]):
@@ -299,4 +262,4 @@ def test_create_refuses_a_previous_bundle_that_cannot_be_a_parent(
             assert code == 2 and words in err and "Traceback" not in err, err
             assert not out.exists()
     finally:
-        remove_image(docker, unrelated)
+        remove_images(docker, unrelated)

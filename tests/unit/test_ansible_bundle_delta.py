@@ -16,12 +16,10 @@ import copy
 import hashlib
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
-import yaml
+from helpers.ansible_play import ansible_playbook
 from helpers.bundles import hand_bundle
 
 from sglx.bundle import install_sh
@@ -29,8 +27,6 @@ from sglx.bundle.layers import chain_ids
 from sglx.bundle.manifest import dump, parse, render_sums, sha256_bytes
 from sglx_core.profile import load_profile
 
-ANSIBLE = Path(__file__).resolve().parents[2] / "ansible"
-BIN = Path(sys.executable).parent
 DIFFS = ["sha256:" + c * 64 for c in "abc"]
 PARENT = {
     "digest": "sha256:" + "d" * 64,
@@ -50,10 +46,19 @@ def image_record(parent: bool = True) -> dict[str, Any]:
     return {"id": "sha256:" + "0" * 64, "layers": layers, "parent": PARENT if parent else None}
 
 
-def edited(change: Any) -> dict[str, Any]:
-    record = copy.deepcopy(image_record())
+def edited(change: Any, record: dict[str, Any] | None = None) -> dict[str, Any]:
+    record = copy.deepcopy(image_record() if record is None else record)
     change(record)
     return record
+
+
+# `create --exclude-base`: the lower two layers left to the base, the third carried.
+BASE = {"ref": "rocm/base:1", "image_id": "sha256:" + "e" * 64, "layers": 2, "obtain": "load it"}
+NO_BASE = edited(lambda r: r.update(parent=None, base=BASE), image_record())
+
+
+def no_base(change: Any) -> dict[str, Any]:
+    return edited(change, NO_BASE)
 
 
 def run(
@@ -61,17 +66,7 @@ def run(
 ) -> str:
     """ansible-playbook of `play` over local `hosts` (`path` first on PATH): "exit N" and its
     output, one line per task result."""
-    (work / "inventory.yml").write_text(yaml.safe_dump({"all": {"hosts": hosts}}))
-    (work / "play.yml").write_text(yaml.safe_dump(play))
-    done = subprocess.run(
-        [str(BIN / "ansible-playbook"), "-i", str(work / "inventory.yml"), str(work / "play.yml"),
-         "-e", f"ansible_python_interpreter={sys.executable}", *extra],
-        capture_output=True, text=True, timeout=300, check=False,
-        env={**os.environ, "ANSIBLE_CONFIG": str(ANSIBLE / "ansible.cfg"),
-             "ANSIBLE_ROLES_PATH": str(ANSIBLE / "roles"), "ANSIBLE_NOCOLOR": "1",
-             "ANSIBLE_CALLBACK_RESULT_FORMAT": "json",
-             "PATH": ":".join(filter(None, [path, os.environ["PATH"]]))},
-    )  # fmt: skip
+    done = ansible_playbook(work, play, hosts, *extra, path=path)
     return f"exit {done.returncode}\n{done.stdout}{done.stderr}"
 
 
@@ -89,6 +84,10 @@ ACCEPTED = {
     "delta": image_record(),
     "full": image_record(parent=False),
     "no-layers": {"id": "sha256:" + "0" * 64},  # a bundle made before layers were recorded
+    "base": NO_BASE,
+    "base-and-parent": edited(lambda r: r.update(base=BASE)),
+    "base-null": image_record(parent=False) | {"base": None},
+    "base-carried": no_base(lambda r: r["layers"][1].update(carried=True)),
 }
 REFUSED = {
     "chain": (
@@ -146,6 +145,47 @@ REFUSED = {
     ),
     "parent-no-layers": (edited(lambda r: r.pop("layers")), "a delta must list its layers"),
     "left-out-no-parent": (edited(lambda r: r.update(parent=None)), "no image.parent names"),
+    "base-above": (
+        no_base(lambda r: r["layers"][2].update(carried=False)),
+        "a layer above the base is not carried, but no image.parent names",
+    ),
+    "base-key-missing": (
+        no_base(lambda r: r["base"].pop("obtain")),
+        "image.base: not an object of ref, image_id, layers, obtain",
+    ),
+    "base-ref": (
+        no_base(lambda r: r["base"].update(ref="rocm/BASE")),
+        "image.base.ref: not an image reference",
+    ),
+    "base-id": (
+        no_base(lambda r: r["base"].update(image_id="sha256:e")),
+        "image.base.image_id: not sha256:<64 hex>",
+    ),
+    "base-layers-zero": (
+        no_base(lambda r: r["base"].update(layers=0)),
+        "image.base.layers: not an integer >= 1",
+    ),
+    "base-layers-bool": (
+        no_base(lambda r: r["base"].update(layers=True)),
+        "image.base.layers: not an integer >= 1",
+    ),
+    "base-layers-over": (
+        no_base(lambda r: r["base"].update(layers=4)),
+        "image.base.layers: more than the image has",
+    ),
+    "base-obtain-newline": (
+        no_base(lambda r: r["base"].update(obtain="load it\nhint: fine")),
+        "image.base.obtain: not one line of text",
+    ),
+    "base-obtain-long": (
+        no_base(lambda r: r["base"].update(obtain="x" * 2001)),
+        "image.base.obtain: not one line of text",
+    ),
+    "base-itself": (
+        no_base(lambda r: r["base"].update(image_id=r["id"])),
+        "the base's image is this bundle's own image",
+    ),
+    "base-no-layers": (no_base(lambda r: r.pop("layers")), "without its base must list its layers"),
 }
 
 

@@ -24,12 +24,13 @@ def specs(role: str) -> dict[str, dict]:
     return doc["argument_specs"]
 
 
-def test_the_five_roles_exist() -> None:
+def test_the_six_roles_exist() -> None:
     assert ROLES == [
         "accel_host",
         "bundle_install",
         "container_runtime",
         "sglang_service",
+        "sglx_registry",
         "sglx_rollout",
     ]
 
@@ -85,7 +86,7 @@ def test_preflight_only_asserts_and_reads(role: str) -> None:
 
 
 # The roles whose README.md (style.md, Ansible) is written; the others follow.
-WITH_README = ["sglang_service", "sglx_rollout"]
+WITH_README = ["sglang_service", "sglx_registry", "sglx_rollout"]
 
 
 def _task_files(role: str) -> list[Path]:
@@ -135,8 +136,9 @@ def _role_calls(path: Path) -> Iterator[tuple[str, str]]:
                     yield task[key]["name"], task[key].get("tasks_from", "main")
 
 
+PLAYBOOKS = ["site.yml", "rollout.yml", "bundle.yml", "registry.yml", "registry-gc.yml"]
 CALLERS = [
-    *(ANSIBLE / name for name in ("site.yml", "rollout.yml", "bundle.yml")),
+    *(ANSIBLE / name for name in PLAYBOOKS),
     *(path for role in ROLES for path in _task_files(role)),
 ]
 
@@ -154,7 +156,7 @@ def test_roles_are_reached_only_through_documented_entry_points(path: Path) -> N
             assert f"__{role}_" not in text, f"{path.name} reads {role}'s internals (__{role}_*)"
 
 
-@pytest.mark.parametrize("playbook", ["site.yml", "rollout.yml", "bundle.yml"])
+@pytest.mark.parametrize("playbook", PLAYBOOKS)
 def test_playbooks_pass_syntax_check(playbook: str) -> None:
     done = subprocess.run(
         [str(BIN / "ansible-playbook"), "--syntax-check", playbook],

@@ -11,7 +11,7 @@ import json
 import os
 import subprocess
 import tarfile
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -387,34 +387,32 @@ esac
 """
 
 
-@pytest.fixture
-def stub_docker(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
-    (tmp_path / "bin").mkdir()
-    docker = tmp_path / "bin" / "docker"
-    docker.write_text(STUB_DOCKER)
-    docker.chmod(0o755)
-    yield tmp_path / "bin", tmp_path / "images"
-
-
-def test_install_sh_checks_the_engine_for_the_parents_layers(
-    stub_docker: tuple[Path, Path],
-) -> None:
-    bin_dir, images = stub_docker
-    delta = image(DIFFS, [False, False, True], PARENT)
+def sh_checks(folder: Path, *checks: str) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """`with_images(LINE...)`: install.sh's `checks` run by sh (then `echo held`) against
+    STUB_DOCKER (in FOLDER/bin) holding the images of those `ID LAYER...` lines."""
+    (folder / "bin").mkdir()
+    (folder / "bin" / "docker").write_text(STUB_DOCKER)
+    (folder / "bin" / "docker").chmod(0o755)
+    images = folder / "images"
     script = "\n".join(
         [
             'die() { echo "error: $1" >&2; [ $# -lt 2 ] || echo "hint: $2" >&2; exit 2; }',
             "q() { printf '%s' \"$1\"; }",
-            parent_check(delta),
+            *checks,
             "echo held",
         ]
     )
-    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "STUB_IMAGES": str(images)}
+    env = {"PATH": f"{folder / 'bin'}:/usr/bin:/bin", "STUB_IMAGES": str(images)}
 
     def with_images(*lines: str) -> subprocess.CompletedProcess[str]:
         images.write_text("".join(line + "\n" for line in lines))
         return subprocess.run(["sh", "-c", script], env=env, capture_output=True, text=True)
 
+    return with_images
+
+
+def test_install_sh_checks_the_engine_for_the_parents_layers(tmp_path: Path) -> None:
+    with_images = sh_checks(tmp_path, parent_check(image(DIFFS, [False, False, True], PARENT)))
     assert with_images(f"{PARENT.image_id} {DIFFS[0]} {DIFFS[1]}").stdout == "held\n"
     other = "sha256:" + "9" * 64
     assert with_images(f"{other} {DIFFS[0]} {DIFFS[1]} {DIFFS[2]}").stdout == "held\n"

@@ -73,6 +73,7 @@ def test_the_role_writes_and_reads_the_same_fields() -> None:
     assert task("Verify every file and load the image (install.sh)")["environment"] == {
         record.STATE_ENV: "{{ bundle_install_state_dir }}",
         "SGLX_INSTALL_DOOR": "bundle_install",
+        "SGLX_MODELS_ROOT": "{{ bundle_install_models_root }}",
     }
 
 

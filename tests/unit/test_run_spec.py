@@ -43,8 +43,10 @@ ROOT = Path(__file__).resolve().parents[2]
 ROLE = ROOT / "ansible" / "roles" / "sglang_service"
 IMAGE_REF = "fixture-scan:test"  # what hand_bundle's manifest names
 IMAGE_ID = "sha256:" + "0" * 64
-WEIGHTS = "weights/demo"
-MODEL_DIR = "/var/lib/sglx/weights/demo"  # where install.sh tells to copy them
+# Weights kept outside the image: the bundle carries them, each consumer mounts their weights
+# store entry (<models root>/<digest hex>) read-only at the model target.
+WEIGHTS_DIGEST = "sha256:" + "cd" * 32
+WEIGHTS = {"model.safetensors": b"weights", "sglx-weights.json": b"{}\n"}
 # Fake host GIDs, far from any real group's.
 GIDS = {"video": 4401, "render": 4402}
 
@@ -132,14 +134,20 @@ def jit_root() -> str:
     return os.environ["SGLX_JIT_ROOT"]
 
 
+def models_root() -> str:
+    """The weights store of this test session (conftest.py sets SGLX_MODELS_ROOT)."""
+    return os.environ["SGLX_MODELS_ROOT"]
+
+
 def expected(spec: RunSpec) -> dict[str, Any]:
     site = Site(
         image=IMAGE_REF,
         name="x",
-        model_dir=MODEL_DIR,
         gids=GIDS,
         image_id=IMAGE_ID,
         jit_root=jit_root(),
+        weights_digest=WEIGHTS_DIGEST,
+        models_root=models_root(),
     )
     return normalized(docker_run_words(spec, site))
 
@@ -169,7 +177,8 @@ def via_unit(arch: str) -> dict[str, Any]:
         ansible_managed="managed",
         sglang_service_image=IMAGE_ID,
         sglang_service_host_port=spec.port,
-        sglang_service_model_dir=MODEL_DIR,
+        sglang_service_weights_digest=WEIGHTS_DIGEST,
+        sglang_service_models_root=models_root(),
         sglang_service_env_files=[],
         __sglang_service_network_mode=spec.network,
         __sglang_service_server_args=[],
@@ -211,18 +220,30 @@ def fake_bin(folder: Path, record: Path) -> Path:
 
 
 def make_bundle(arch: str, where: Path) -> Path:
+    import hashlib
+
+    from sglx.bundle.manifest import WeightsFile, WeightsRecord
+
     profile = load_profile(arch)
+    stored = tuple(
+        WeightsFile(name=name, size=len(data), sha256=hashlib.sha256(data).hexdigest())
+        for name, data in WEIGHTS.items()
+    )
+    weights = WeightsRecord(
+        name="demo", path="weights/demo", digest=WEIGHTS_DIGEST, size=sum(f.size for f in stored)
+    )
     script = install_sh.render(
         profile, version="test", image_ref=IMAGE_REF, image_id=IMAGE_ID,
-        chunks=("image/image.tar.000",), weights_path=WEIGHTS,
+        chunks=("image/image.tar.000",), weights=weights, weights_files=stored,
     )  # fmt: skip
     archive = where / "image.tar"
     archive.write_bytes(os.urandom(2048))
     files = {
         "install.sh": script.encode(),
         "meta/run.json": (json.dumps(run_spec(profile).to_json(), indent=2) + "\n").encode(),
+        **{f"weights/demo/{name}": data for name, data in WEIGHTS.items()},
     }
-    bundle: Path = hand_bundle(where / "bundle", archive, files, chunk_size=4096)
+    bundle: Path = hand_bundle(where / "bundle", archive, files, chunk_size=4096, weights=weights)
     return bundle
 
 
@@ -253,8 +274,9 @@ def via_bundle_install(bundle: Path, monkeypatch: pytest.MonkeyPatch) -> dict[st
 
     monkeypatch.setattr(grp, "getgrnam", getgrnam)
     manifest = parse((bundle / "bundle.json").read_bytes(), "bundle.json")
+    entry = Path(models_root()) / WEIGHTS_DIGEST.removeprefix("sha256:")
     words, why_not, folder = install._docker_run(
-        bundle, manifest, Path(MODEL_DIR), Path(jit_root())
+        bundle, manifest, entry, Path(jit_root()), Path(models_root())
     )
     assert words, why_not
     assert folder == f"{jit_root()}/{'0' * 64}"

@@ -61,7 +61,15 @@ def register(
         "--weights-outside",
         type=Path,
         metavar="DIR",
-        help="carry converted weights (sglx weights convert output) beside the image",
+        help="carry converted weights (sglx weights convert output) beside the image (an "
+        "image built with its weights outside it takes them from its weights store by default)",
+    )
+    p.add_argument(
+        "--models-root",
+        type=Path,
+        metavar="DIR",
+        help="the weights store an image built with its weights outside it was built into "
+        "(default: $SGLX_MODELS_ROOT or the profile's weights.store, /var/lib/sglx/models)",
     )
     p.add_argument(
         "--control-wheels",
@@ -77,6 +85,12 @@ def register(
         metavar="PREVIOUS",
         help="write a delta: carry only the layers the image of PREVIOUS (a bundle folder or "
         "its bundle.json) lacks; a site installs PREVIOUS first",
+    )
+    p.add_argument(
+        "--exclude-base",
+        action="store_true",
+        help="leave out the layers of the image's base (named by its labels, else the profile's "
+        "base.ref); a site loads that base first with `sglx base load`",
     )
     p.set_defaults(func=_cmd_bundle_create)
 
@@ -143,12 +157,20 @@ def register(
         help="where the node-local JIT cache folders live, one per image id (default: "
         "$SGLX_JIT_ROOT or the profile's container.jit_cache.host_root, /var/cache/sglx/jit)",
     )
+    p.add_argument(
+        "--models-root",
+        type=Path,
+        metavar="DIR",
+        help="the weights store: weights outside the image are placed and checked in "
+        "DIR/<digest hex> and mounted from there (default: $SGLX_MODELS_ROOT or the profile's "
+        "weights.store, /var/lib/sglx/models); --weights-dir places them by name instead",
+    )
     p.set_defaults(func=_cmd_bundle_install)
 
     p = verbs.add_parser(
         "inspect",
         parents=[common],
-        help="show a bundle's image layers: sizes, carried or taken from the parent",
+        help="show a bundle's image layers: sizes, carried or taken from the parent or base",
         description="Reads bundle.json (and, for a bundle made before it recorded layers, the "
         "image archive's config): the image, its layers bottom first with their sizes, which "
         "the archive carries and which a delta takes from its parent bundle. Checks nothing: "
@@ -189,9 +211,11 @@ def _cmd_bundle_create(args: argparse.Namespace) -> Result:
         as_tar=args.tar,
         wheelhouse=args.wheelhouse,
         weights_outside=args.weights_outside,
+        models_root=args.models_root,
         scan=not args.no_scan,
         control_wheels=args.control_wheels,
         since=args.since,
+        exclude_base=args.exclude_base,
     )
     return create_bundle(
         load_profile(args.arch), options, Progress("bundle create", quiet=args.quiet)
@@ -234,5 +258,6 @@ def _cmd_bundle_install(args: argparse.Namespace) -> Result:
         signature=SignaturePolicy(args.allowed_signers, args.identity, args.require_signature),
         jobs=_bundle_jobs(args),
         jit_root=args.jit_root,
+        models_root=args.models_root,
     )
     return install_bundle(args.bundle, options, Progress("bundle install", quiet=args.quiet))

@@ -11,19 +11,19 @@ same name removes.
 With `--since PREVIOUS` the bundle is a delta (sglx.bundle.delta): the save stream goes through
 `savefilter.SaveFilter`, which leaves out the `layer.tar` of every layer the previous bundle's
 image holds, and bundle.json names the parent and every layer. Every bundle records its layers.
+With `--exclude-base` (sglx.bundle.base_layers) the layers of the image's base are left out the
+same way, and bundle.json names the base.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
-import os
-import re
 import shutil
 import tarfile
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -35,14 +35,13 @@ from sglx.bundle.chunks import ChunkWriter
 from sglx.bundle.delta import Bundle, read_bundle, shared
 from sglx.bundle.files import copy_hashed, require_space, write_hashed
 from sglx.bundle.manifest import (
-    PART,
+    BaseRecord,
     BundleManifest,
     FileEntry,
     ImageRecord,
     Kind,
     ParentRecord,
     Slot,
-    WeightsRecord,
     check_weights_name,
     dump,
     render_sums,
@@ -50,6 +49,7 @@ from sglx.bundle.manifest import (
 )
 from sglx.bundle.savefilter import SaveFilter
 from sglx.bundle.signing import check_key, sign
+from sglx.bundle.weights_plan import WeightsPlan, folder_name, plan_weights
 from sglx.engine import docker_client
 from sglx.progress import Progress
 from sglx.run_spec import run_spec
@@ -70,18 +70,22 @@ class CreateOptions:
     as_tar: bool = False
     wheelhouse: Path | None = None
     weights_outside: Path | None = None
+    models_root: Path | None = None  # the weights store of an image built with them outside
     scan: bool = True
     control_wheels: Path | None = None
     since: Path | None = None  # the previous bundle (folder or bundle.json): write a delta
+    exclude_base: bool = False  # leave out the base image's layers (a site loads the base)
 
 
 @dataclass(frozen=True)
 class Layers:
-    """The image's layers (engine diff ids) and, for a delta, the parent and what to leave out."""
+    """The image's layers (engine diff ids); for a delta the parent, for --exclude-base the
+    base, and what to leave out."""
 
     diff_ids: tuple[str, ...]
     parent: Bundle | None = None
     drop: frozenset[str] = frozenset()  # chain ids whose layer.tar the archive leaves out
+    base: BaseRecord | None = None
 
     def record(self) -> ParentRecord | None:
         if self.parent is None:
@@ -100,7 +104,7 @@ def create_bundle(profile: Profile, options: CreateOptions, progress: Progress) 
     _check_names(ref, options)
     client = docker_client()
     image = _image(client, ref, profile)
-    layers = _layers(image, ref, profile, options.since)
+    layers = _layers(image, ref, profile, options.since, client if options.exclude_base else None)
     out = options.out or Path(f"sglx-bundle-{profile.arch}-{image.id.split(':')[1][:12]}")
     out = out.absolute()
     if out.exists():
@@ -114,10 +118,12 @@ def create_bundle(profile: Profile, options: CreateOptions, progress: Progress) 
     if options.as_tar and tar_path.exists():
         raise SglxError(f"{tar_path} already exists", hint="remove it first", code="usage")
     lock, wheels = _wheel_sources(profile, options.wheelhouse)
-    weights = _weights_source(options.weights_outside, image)
+    weights = plan_weights(
+        image, ref, profile, options.weights_outside, options.models_root, layers.parent
+    )
     ansible = ansible_content.collect(profile, control_wheels=options.control_wheels)
     size = int(image.attrs.get("Size") or 0)
-    carried = [*wheels, *(weights[1] if weights is not None else [])]
+    carried = [*wheels, *(weights.sources if weights is not None else [])]
     extra = sum(p.stat().st_size for p in carried) + ansible.size
     total = size + extra
     require_space({out: total * (2 if options.as_tar else 1)}, f"a bundle of {ref}")
@@ -148,16 +154,10 @@ def _check_names(ref: str, options: CreateOptions) -> None:
     check_reference(ref, "--image")
     if options.weights_outside is not None:
         check_weights_name(
-            _weights_name(options.weights_outside), f"--weights-outside {options.weights_outside}"
+            folder_name(options.weights_outside), f"--weights-outside {options.weights_outside}"
         )
     if options.sign_key is not None:
         check_key(options.sign_key)
-
-
-def _weights_name(folder: Path) -> str:
-    """The name the weights get in the bundle: the folder's own name, `.` and `..` resolved
-    as written (not through links, so a linked folder keeps the name it was given)."""
-    return Path(os.path.normpath(folder.absolute())).name
 
 
 def _image(client: Any, ref: str, profile: Profile) -> Any:
@@ -201,13 +201,21 @@ def check_profile_digest(ref: str, labels: dict[str, str], profile: Profile) -> 
         )
 
 
-def _layers(image: Any, ref: str, profile: Profile, since: Path | None) -> Layers:
-    """The image's layers; with --since, the previous bundle and which layers to leave out:
-    those its image holds, except one whose bytes a carried layer shares (`docker save` links
-    the second copy to the first, which must then be there)."""
+def _layers(
+    image: Any, ref: str, profile: Profile, since: Path | None, base_client: Any | None = None
+) -> Layers:
+    """The image's layers; with --since the previous bundle, with --exclude-base (a
+    `base_client` to ask for the base) the base, and which layers to leave out: those the
+    previous bundle's image or the base holds, except one whose bytes a carried layer shares
+    (`docker save` links the second copy to the first, which must then be there)."""
     diff_ids = tuple(str(d) for d in ((image.attrs.get("RootFS") or {}).get("Layers") or []))
+    base = None
+    if base_client is not None:
+        from sglx.bundle.base_layers import find_base
+
+        base = find_base(base_client, image, ref, diff_ids, profile)
     if since is None:
-        return Layers(diff_ids)
+        return _dropping(Layers(diff_ids, base=base), set(range(base.layers if base else 0)))
     previous = read_bundle(since, "--since")
     before = previous.manifest
     if before.arch != profile.arch:
@@ -229,12 +237,20 @@ def _layers(image: Any, ref: str, profile: Profile, since: Path | None) -> Layer
             hint="create a full bundle (without --since): a delta would carry every layer",
             code="usage",
         )
+    return _dropping(
+        Layers(diff_ids, previous, base=base), {*held, *range(base.layers if base else 0)}
+    )
+
+
+def _dropping(layers: Layers, held: set[int]) -> Layers:
+    """`layers` leaving out the `held` ones but those whose bytes a carried layer shares."""
     from sglx.bundle.layers import chain_ids
 
+    diff_ids = layers.diff_ids
     chains = chain_ids(diff_ids)
     carried = {diff_ids[i] for i in range(len(diff_ids)) if i not in held}
     drop = frozenset(chains[i] for i in held if diff_ids[i] not in carried)
-    return Layers(diff_ids, previous, drop)
+    return replace(layers, drop=drop)
 
 
 def _wheel_sources(profile: Profile, folder: Path | None) -> tuple[Path | None, list[Path]]:
@@ -256,33 +272,6 @@ def _wheel_sources(profile: Profile, folder: Path | None) -> tuple[Path | None, 
     return lock_path(profile.arch), [folder / w.filename for w in lock.wheels]
 
 
-def _weights_source(folder: Path | None, image: Any) -> tuple[str, list[Path], str] | None:
-    if folder is None:
-        return None
-    from sglx.weights.manifest import MANIFEST_NAME, manifest_digest, read_manifest
-
-    manifest = read_manifest(folder)
-    digest = manifest_digest(folder)
-    if (image.labels or {}).get("io.sglx.weights.digest") == digest:
-        raise SglxError(
-            f"the weights in {folder} ({digest}) are already baked into the image",
-            hint="a bundle never carries the same bytes twice: drop --weights-outside, or "
-            "build the image without these weights",
-            code="usage",
-        )
-    files = [folder / record.name for record in manifest.files] + [folder / MANIFEST_NAME]
-    for file in files:
-        if not re.fullmatch(PART, file.name):
-            raise SglxError(
-                f"--weights-outside {folder}: the file name {file.name!r} cannot be a bundle path",
-                hint="bundle paths are ASCII letters, digits and '._+@=-', not starting with '.': "
-                "convert the weights again under plain names",
-                code="usage",
-                path=str(file),
-            )
-    return _weights_name(folder), files, digest
-
-
 def _fill(
     client: Any,
     stage: Path,
@@ -293,7 +282,7 @@ def _fill(
     options: CreateOptions,
     lock: Path | None,
     wheels: list[Path],
-    weights: tuple[str, list[Path], str] | None,
+    weights: WeightsPlan | None,
     progress: Progress,
 ) -> tuple[list[FileEntry], ImageRecord, Result | None]:
     entries: list[FileEntry] = []
@@ -307,6 +296,8 @@ def _fill(
             f"a delta over {layers.parent.name}: leaving out the {len(layers.drop)} layers its "
             "image holds"
         )
+    if layers.base is not None:
+        progress(f"leaving out the {layers.base.layers} layers of its base {layers.base.ref}")
     stream = SaveFilter(image.id, layers.diff_ids, layers.drop)
     written = ChunkWriter(stage, options.chunk_size).write_all(
         stream.run(_save_stream(client, ref, progress))
@@ -317,14 +308,23 @@ def _fill(
             f"{len(stream.unidentified)} layer folders could not be named before their bytes "
             "came: carried whole"
         )
+    base = layers.base
+    if base is not None and all(x.carried for x in (entries_of_layers or ())[: base.layers]):
+        raise SglxError(
+            f"--exclude-base: none of the {base.layers} layers of the base {base.ref} could be "
+            "left out of the docker save stream (a layer it carries repeats their bytes, or "
+            "the stream did not name their folders)",
+            hint="create the bundle without --exclude-base",
+            code="environment",
+        )
     if entries_of_layers is None:
         progress(f"the image's layers are not recorded in bundle.json: {stream.problem}")
     elif layers.drop and all(layer.carried for layer in entries_of_layers):
         raise SglxError(
-            f"none of the {len(layers.drop)} layers {ref} shares with --since could be told "
-            "apart in the docker save stream, so the delta would carry them all",
-            hint="create a full bundle (without --since); deltas need the classic `docker save` "
-            "format of Docker 20.10",
+            f"none of the {len(layers.drop)} layers {ref} shares with --since or its base could "
+            "be told apart in the docker save stream, so the bundle would carry them all",
+            hint="create a full bundle (without --since or --exclude-base); they need the "
+            "classic `docker save` format of Docker 20.10",
             code="environment",
         )
     for chunk in written.chunks:
@@ -339,15 +339,17 @@ def _fill(
         chunks=tuple(c.path for c in written.chunks),
         layers=entries_of_layers,
         parent=layers.record(),
+        base=layers.base,
     )
     scan_result = None
-    if options.scan and record.parent is not None:
+    if options.scan and record.referenced():
         from sglx.bundle.hashing import default_jobs
         from sglx.scan.command import scan_image
         from sglx.scan.rules import Rules
 
-        # A delta's archive lacks its parent's layers: the image is scanned as the engine holds
-        # it (exported, never started), so the report is of everything the site will run.
+        # A delta's archive lacks its parent's layers (one without its base, the base's): the
+        # image is scanned as the engine holds it (exported, never started), so the report is
+        # of everything the site will run.
         scan_result = scan_image(
             ref, rules=Rules.from_profile(profile), jobs=default_jobs(), progress=progress
         )
@@ -392,20 +394,33 @@ def _fill(
             path = f"{layout.WHEELHOUSE}/{wheel.name}"
             copied = copy_hashed(wheel, stage / path)
             add(path, copied.size, copied.sha256, "wheel")
-    if weights is not None:
-        name, files, _ = weights
-        progress(f"copying {len(files)} weight files of {name}")
-        for file in files:
-            path = f"{layout.WEIGHTS}/{name}/{file.name}"
+    if weights is not None and weights.carried:
+        progress(f"copying {len(weights.sources)} weight files of {weights.record.name}")
+        for file, stored in zip(weights.sources, weights.stored, strict=True):
+            path = f"{weights.record.path}/{stored.name}"
             copied = copy_hashed(file, stage / path)
+            if (copied.size, copied.sha256) != (stored.size, stored.sha256):
+                raise SglxError(
+                    f"{file} does not match its weights manifest (size or sha256)",
+                    hint="convert the weights again (`sglx weights convert`), or check them "
+                    "with `sglx weights verify`",
+                    code="usage",
+                    path=str(file),
+                )
             add(path, copied.size, copied.sha256, "weights")
+    elif weights is not None:
+        progress(
+            f"the weights {weights.record.digest} are the parent's: named, not carried (a host "
+            "has them in its weights store)"
+        )
     script = install_sh.render(
         profile,
         version=__version__,
         image_ref=ref,
         image_id=image.id,
         chunks=record.chunks,
-        weights_path=None if weights is None else f"{layout.WEIGHTS}/{weights[0]}",
+        weights=None if weights is None else weights.record,
+        weights_files=() if weights is None else weights.stored,
         image=record,
     )
     copied = write_hashed(stage / layout.INSTALL_SH, script.encode())
@@ -459,14 +474,10 @@ def _finish(
     record: ImageRecord,
     entries: list[FileEntry],
     options: CreateOptions,
-    weights: tuple[str, list[Path], str] | None,
+    weights: WeightsPlan | None,
     ansible: Slot,
 ) -> BundleManifest:
-    weights_record = None
-    if weights is not None:
-        path = f"{layout.WEIGHTS}/{weights[0]}"
-        size = sum(e.size for e in entries if e.path.startswith(path + "/"))
-        weights_record = WeightsRecord(name=weights[0], path=path, digest=weights[2], size=size)
+    weights_record = None if weights is None else weights.record
     manifest = BundleManifest(
         arch=profile.arch,
         created=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
@@ -541,12 +552,21 @@ def _result(
     if manifest.image.parent is not None:
         from sglx.bundle.delta import describe
 
-        taken = manifest.image.referenced()
+        taken = manifest.image.from_parent()
         lines.append(
             f"{describe(manifest.image)}: carries {len(layers) - len(taken)} of its "
             f"{len(layers)} layers ({layout.human(sum(x.size for x in layers if x.carried))}), "
             f"takes {len(taken)} ({layout.human(sum(x.size for x in taken))}) from it; install "
             "that bundle first"
+        )
+    if manifest.image.base is not None:
+        from sglx.bundle.base_layers import describe as describe_base
+
+        left = manifest.image.from_base()
+        lines.append(
+            f"leaves out the {len(left)} layers ({layout.human(sum(x.size for x in left))}) of "
+            f"{describe_base(manifest.image.base)}: a site loads that base first "
+            "(`sglx base load FILE`)"
         )
     if tar_path is not None:
         script = install_sh.beside_tar(tar_path)

@@ -15,6 +15,7 @@ what makes such an archive loadable at all.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -143,7 +144,7 @@ def chain_findings(
         if problem is not None:
             findings.append(Finding(CODE, f"{child_name} -> {found.name}: {problem}", None, _FIX))
             break
-        needs = child.image.referenced()
+        needs = child.image.from_parent()
         lines.append(
             f"{child_name} takes {len(needs)} layers ({layout.human(sum(n.size for n in needs))}) "
             f"from {found.name} ({found.digest}): all there"
@@ -169,7 +170,7 @@ def _link_problem(child: ImageRecord, parent: Bundle) -> str | None:
             f"{named.image_id}"
         )
     held = set(chain_ids(parent.diff_ids()))
-    missing = [layer for layer in child.referenced() if layer.chain_id not in held]
+    missing = [layer for layer in child.from_parent() if layer.chain_id not in held]
     if missing:
         return (
             f"its image lacks {len(missing)} of the layers the delta takes from it, e.g. "
@@ -179,20 +180,20 @@ def _link_problem(child: ImageRecord, parent: Bundle) -> str | None:
 
 
 def engine_missing(client: Any, image: ImageRecord) -> list[LayerEntry]:
-    """The layers a delta takes from its parent that the engine does not hold (none for a full
-    bundle). The parent's image is asked first; else every image the engine lists."""
+    """The layers a delta takes from its parent, or a bundle from its base, that the engine does
+    not hold (none for a full bundle). The parent's and the base's images are asked first; else
+    every image the engine lists."""
     needs = image.referenced()
     if not needs:
         return []
     from docker.errors import NotFound
 
-    parent = image.parent
+    named = [image.parent.image_id] if image.parent is not None else []
+    named += [image.base.image_id] if image.base is not None else []
     lists: list[Sequence[str]] = []
-    try:
-        if parent is not None:
-            lists.append(_layers(client.images.get(parent.image_id)))
-    except NotFound:
-        pass
+    for image_id in named:
+        with contextlib.suppress(NotFound):
+            lists.append(_layers(client.images.get(image_id)))
     if any(n.chain_id not in held_chains(lists) for n in needs):
         lists += [_layers(found) for found in client.images.list(all=True)]
     held = held_chains(lists)
@@ -205,10 +206,16 @@ def _layers(image: Any) -> list[str]:
 
 
 def refusal(image: ImageRecord, missing: Sequence[LayerEntry]) -> SglxError:
-    """The error install gives, before anything loads, on an engine without the parent."""
+    """The error install gives, before anything loads, on an engine without the base (named
+    first: a parent's install needs it too) or without the parent."""
+    from_base = [layer for layer in missing if layer in image.from_base()]
+    if from_base:
+        from sglx.bundle import base_layers
+
+        return base_layers.refusal(image, from_base)
     parent = image.parent
     assert parent is not None
-    needs = image.referenced()
+    needs = image.from_parent()
     return SglxError(
         f"this bundle is {describe(image)}: this engine lacks {len(missing)} of the "
         f"{len(needs)} layers it takes from it (e.g. {missing[0].diff_id}); nothing was loaded",

@@ -133,8 +133,9 @@ def layer_findings(root: Path, manifest: BundleManifest) -> list[Finding]:
                 f"bundle.json says {layer.size}"
             )
         elif not layer.carried and path in held.members:
+            source = "the base" if image.base and index < image.base.layers else "the parent"
             message = (
-                f"layer {index} ({layer.diff_id}) is taken from the parent by bundle.json, but "
+                f"layer {index} ({layer.diff_id}) is taken from {source} by bundle.json, but "
                 f"the archive carries {path}"
             )
         else:

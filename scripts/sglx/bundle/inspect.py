@@ -1,7 +1,8 @@
 """`sglx bundle inspect`: what a bundle holds, by layer, without checking it.
 
-The image's layers bottom first with their sizes, and for each whether the archive carries it
-or a delta takes it from its parent bundle (named, with its digest). A bundle made before
+The image's layers bottom first with their sizes, and for each whether the archive carries it,
+a delta takes it from its parent bundle (named, with its digest) or the bundle leaves it to its
+base image (`create --exclude-base`: named, with its id and how to load it). A bundle made before
 bundle.json recorded layers is read from its archive's image config and members instead.
 """
 
@@ -13,7 +14,7 @@ from typing import Any
 from sglx.bundle import layout
 from sglx.bundle.delta import describe, read_bundle
 from sglx.bundle.layers import chain_ids
-from sglx.bundle.manifest import LayerEntry
+from sglx.bundle.manifest import BaseRecord, LayerEntry
 from sglx.progress import Progress
 from sglx_core.errors import SglxError
 from sglx_core.report import Result, Table
@@ -34,11 +35,15 @@ def inspect_bundle(path: Path, progress: Progress) -> Result:
         layers, source = _from_archive(bundle.folder, image), "the archive (not in bundle.json)"
     progress(f"{len(layers or ())} layers, from {source}")
     rows = []
+    base = image.base
     for index, layer in enumerate(layers or ()):
         where = "carried" if layer.carried else f"from {layout.shown(_parent_name(image))}"
+        if base is not None and index < base.layers and not layer.carried:
+            where = f"from the base {base.ref}"
         rows.append((str(index), layer.diff_id, layout.human(layer.size), where))
     carried = sum(layer.size for layer in layers or () if layer.carried)
-    taken = sum(layer.size for layer in layers or () if not layer.carried)
+    taken = sum(layer.size for layer in image.from_parent())
+    from_base = sum(layer.size for layer in image.from_base())
     kind = "full" if image.parent is None else describe(image)
     about = (
         ("bundle", str(bundle.folder)),
@@ -47,6 +52,7 @@ def inspect_bundle(path: Path, progress: Progress) -> Result:
         ("image", f"{layout.shown(image.ref)} {image.id}"),
         ("created", f"{manifest.created} by sglx {manifest.sglx_version}"),
         ("kind", kind),
+        *(() if base is None else (("base", _base_row(base)),)),
         ("archive", f"{layout.human(image.size)} in {len(image.chunks)} chunks"),
         ("files", f"{len(manifest.files)}, {layout.human(sum(e.size for e in manifest.files))}"),
     )
@@ -58,13 +64,19 @@ def inspect_bundle(path: Path, progress: Progress) -> Result:
         tables.append(
             Table(("#", "diff id", "size", "in this bundle"), tuple(rows), title="layers")
         )
-        count = sum(1 for layer in layers if not layer.carried)
+        count, kept = len(image.from_parent()), sum(1 for layer in layers if layer.carried)
         lines.append(
-            f"carries {len(layers) - count} of {len(layers)} layers ({layout.human(carried)})"
+            f"carries {kept} of {len(layers)} layers ({layout.human(carried)})"
             + (
                 f"; takes {count} ({layout.human(taken)}) from {layout.shown(_parent_name(image))}"
                 ", which a host must have installed first"
                 if count
+                else ""
+            )
+            + (
+                f"; leaves {len(image.from_base())} ({layout.human(from_base)}) to its base "
+                f"{base.ref}, which a host must have loaded first"
+                if base is not None and from_base
                 else ""
             )
         )
@@ -74,16 +86,25 @@ def inspect_bundle(path: Path, progress: Progress) -> Result:
         "arch": manifest.arch,
         "image": {"ref": image.ref, "id": image.id},
         "parent": None if image.parent is None else image.parent.model_dump(mode="json"),
+        "base": None if base is None else base.model_dump(mode="json"),
         "layers_from": source if layers is not None else None,
         "layers": None
         if layers is None
         else [{"index": i, **layer.model_dump(mode="json")} for i, layer in enumerate(layers)],
         "carried_bytes": carried,
-        "referenced_bytes": taken,
+        "referenced_bytes": taken + from_base,
+        "base_bytes": from_base,
         "archive_bytes": image.size,
         "bytes": sum(e.size for e in manifest.files),
     }
     return Result(("bundle", "inspect"), data=data, tables=tuple(tables), lines=tuple(lines))
+
+
+def _base_row(base: BaseRecord) -> str:
+    """'REF sha256:..., its lowest N layers; load it first: HOW'."""
+    from sglx.bundle.base_layers import how_to_load
+
+    return f"{base.ref} {base.image_id}, its lowest {base.layers} layers; {how_to_load(base)}"
 
 
 def _parent_name(image: Any) -> str:

@@ -6,7 +6,8 @@ install record (`record.py`) for the files verified before. A re-run after a kil
 redoes only the step that was cut short; `--full` forgets the record and redoes everything.
 Free space is checked for every step that will write, before the first one writes. A delta
 (bundle.json's image.parent) is refused before that, and before anything is hashed or loaded,
-when the engine lacks a layer it takes from its parent (sglx.bundle.delta).
+when the engine lacks a layer it takes from its parent (sglx.bundle.delta); a bundle without
+its base's layers (image.base), when the engine lacks the base's (sglx.bundle.base_layers).
 
 Last, it prints the `docker run` line of the bundle's run spec and creates the node-local JIT
 cache folder that line mounts (`<--jit-root>/<image id hex>`, owned by the container's uid,
@@ -35,6 +36,7 @@ from sglx.bundle.manifest import BundleManifest, parse, sha256_bytes
 from sglx.bundle.record import InstallRecord
 from sglx.bundle.source import bundle_folder
 from sglx.bundle.verify import SignaturePolicy, check_files, read_manifest_bytes
+from sglx.bundle.weights_store import models_root, place_in_store, store_entry
 from sglx.engine import docker_client
 from sglx.progress import Progress
 from sglx_core.errors import SglxError
@@ -56,6 +58,8 @@ class InstallOptions:
     jobs: int = 1
     # The JIT cache folders' root; None = $SGLX_JIT_ROOT, else the run spec's host_root.
     jit_root: Path | None = None
+    # The weights store's root; None = $SGLX_MODELS_ROOT, else the run spec's models_root.
+    models_root: Path | None = None
 
 
 @dataclass
@@ -116,6 +120,7 @@ def _install(bundle: Path, options: InstallOptions, progress: Progress) -> Resul
     )
     steps.add("verify", status, detail, started)
     has_image, weights_target, weights_done = plan.has_image, plan.weights, plan.weights_done
+    stored = plan.store_root is not None
     venv_done = options.venv is not None and _venv_done(record, options.venv, manifest)
 
     started = time.monotonic()
@@ -144,6 +149,9 @@ def _install(bundle: Path, options: InstallOptions, progress: Progress) -> Resul
         steps.add("weights", "not asked", why, started)
     elif weights_done:
         steps.add("weights", "skipped", f"{weights_target} already holds them", started)
+    elif stored:
+        place_in_store(bundle, manifest, weights_target, plan.store_problem, progress)
+        steps.add("weights", "done", f"placed in the weights store at {weights_target}", started)
     else:
         _place_weights(bundle, manifest, weights_target, progress)
         steps.add("weights", "done", f"placed at {weights_target}", started)
@@ -152,7 +160,7 @@ def _install(bundle: Path, options: InstallOptions, progress: Progress) -> Resul
             "weights", {"path": str(weights_target), "digest": manifest.weights.digest}
         )
     record.finish()
-    result = _result(bundle, manifest, steps, weights_target, options.jit_root)
+    result = _result(bundle, manifest, steps, weights_target, options.jit_root, plan.store_root)
     return _with_record(result, record)
 
 
@@ -164,6 +172,7 @@ def _outputs_outside(bundle: Path, options: InstallOptions) -> None:
         ("state folder (--state)", options.state),
         ("venv (--venv)", options.venv),
         ("weights folder (--weights-dir)", options.weights_dir),
+        ("weights store (--models-root)", options.models_root),
     ):
         if path is None:
             continue
@@ -192,6 +201,10 @@ class Plan:
     has_image: bool
     weights: Path | None
     weights_done: bool
+    # The weights store's root when the weights go there (not --weights-dir), and why the
+    # entry there is not the weights' (None: it is, checked file by file).
+    store_root: Path | None = None
+    store_problem: str | None = None
 
 
 def _plan(bundle: Path, raw: bytes, client: Any, options: InstallOptions) -> Plan | None:
@@ -203,13 +216,20 @@ def _plan(bundle: Path, raw: bytes, client: Any, options: InstallOptions) -> Pla
         return None
     _check_asked(manifest, options)
     has_image = _engine_has(client, manifest.image.id)
-    # A delta loads only where the engine holds the layers it takes from its parent: refused
-    # before anything is hashed, written or loaded, naming the bundle to install first.
+    # A delta loads only where the engine holds the layers it takes from its parent, and a
+    # bundle without its base's layers only where it holds the base's: refused before anything
+    # is hashed, written or loaded, naming the bundle to install or the base to load first.
     missing = [] if has_image else engine_missing(client, manifest.image)
     if missing:
         raise refusal(manifest.image, missing)
     target = _weights_target(manifest, options)
     weights_done = target is not None and _weights_placed(target, manifest)
+    store_root, store_problem = None, None
+    if target is None and manifest.weights is not None:
+        store_root = models_root(bundle, options.models_root)
+    if store_root is not None:
+        target, store_problem = store_entry(store_root, manifest, options.jobs)
+        weights_done = store_problem is None
     needs: dict[Path, int] = {options.state: STATE_MARGIN}
     if not has_image:
         root = Path(str(client.info().get("DockerRootDir") or ""))
@@ -221,7 +241,7 @@ def _plan(bundle: Path, raw: bytes, client: Any, options: InstallOptions) -> Pla
         wheels = sum(e.size for e in manifest.files if e.kind == "wheel")
         needs[options.venv] = needs.get(options.venv, 0) + 3 * wheels
     require_space(needs, "installing the bundle")
-    return Plan(has_image, target, weights_done)
+    return Plan(has_image, target, weights_done, store_root, store_problem)
 
 
 def _scan_report_findings(bundle: Path) -> list[Finding]:
@@ -276,6 +296,15 @@ def _check_asked(manifest: BundleManifest, options: InstallOptions) -> None:
         raise SglxError(
             "--weights-dir: this bundle carries no weights beside the image (they are baked in)",
             hint="drop --weights-dir",
+            code="usage",
+        )
+    weights = manifest.weights
+    if options.weights_dir is not None and weights is not None and not weights.carried:
+        raise SglxError(
+            "--weights-dir: this bundle does not carry its weights (a delta naming its "
+            "parent's, which the weights store holds)",
+            hint="drop --weights-dir: install places and checks weights in the store "
+            "(--models-root)",
             code="usage",
         )
 
@@ -408,7 +437,7 @@ def _place_weights(
     bundle: Path, manifest: BundleManifest, target: Path, progress: Progress
 ) -> None:
     """Copy into a hidden staging folder beside `target`, check every hash, rename."""
-    assert manifest.weights is not None
+    assert manifest.weights is not None and manifest.weights.path is not None
     prefix = manifest.weights.path + "/"
     files = [e for e in manifest.files if e.path.startswith(prefix)]
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -444,9 +473,10 @@ def _result(
     steps: Steps,
     weights: Path | None,
     jit_root: Path | None = None,
+    store_root: Path | None = None,
 ) -> Result:
     redone = [name for name, row in steps.rows.items() if row["status"] == "done"]
-    run, why_not, jit = _docker_run(bundle, manifest, weights, jit_root)
+    run, why_not, jit = _docker_run(bundle, manifest, weights, jit_root, store_root)
     rows = tuple((name, row["status"], row["detail"]) for name, row in steps.rows.items())
     lines = [
         "nothing to do: every step was done before" if not redone else "installed",
@@ -472,7 +502,11 @@ def _result(
 
 
 def _docker_run(
-    bundle: Path, manifest: BundleManifest, weights: Path | None, jit_root: Path | None = None
+    bundle: Path,
+    manifest: BundleManifest,
+    weights: Path | None,
+    jit_root: Path | None = None,
+    store_root: Path | None = None,
 ) -> tuple[list[str], str, str | None]:
     """The `docker run` line of the bundle's own run spec (meta/run.json, written from the
     profile baked into its image), the groups by this host's GIDs where the profile says so,
@@ -492,10 +526,15 @@ def _docker_run(
         site = Site(
             image=manifest.image.ref,
             name=f"sglx-{spec.arch}",
-            model_dir=None if weights is None else str(weights),
+            model_dir=None if weights is None or store_root is not None else str(weights),
             gids=host_gids(spec),
             image_id=manifest.image.id,
             jit_root=None if jit_root is None else str(jit_root.absolute()),
+            # weights in the store: the run spec mounts their entry (sglx.run_spec.model_folder)
+            weights_digest=None
+            if store_root is None or manifest.weights is None
+            else manifest.weights.digest,
+            models_root=None if store_root is None else str(store_root),
         )
     except SglxError as exc:
         why = f"no start line: {exc.message} ({exc.hint})" if exc.hint else exc.message

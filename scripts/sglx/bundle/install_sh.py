@@ -52,11 +52,13 @@ from typing import get_args
 from pydantic import StringConstraints
 
 from sglx import base_archive
-from sglx.bundle import layout, manifest, record
+from sglx.bundle import install_sh_weights, layout, manifest, record
+from sglx.bundle.install_sh_values import fill, plain
 from sglx.run_spec import Site, head_words, run_spec, tail_words
 from sglx_core.errors import SglxError
 from sglx_core.jit_cache import ROOT_ENV, folder_name
 from sglx_core.profile import Profile
+from sglx_core.weights_store import ROOT_ENV as MODELS_ROOT_ENV
 
 TEMPLATE = Template(
     r"""#!/bin/sh
@@ -74,6 +76,9 @@ TEMPLATE = Template(
 #   recorded install are not hashed again.
 # --jit-root DIR: where the node-local JIT cache folders live, one per image id (default
 #   $$$jit_root_env, else $jit_root_default); this image's is created there (root runs this).
+# --models-root DIR: the weights store, one folder per weights digest (default
+#   $$$models_root_env, else $models_root_default); weights outside the image are placed and
+#   checked there, and the printed line mounts their folder read-only.
 set -eu
 image_ref=$image_ref
 image_id=$image_id
@@ -86,6 +91,7 @@ run_tail=$run_tail
 # The node-local JIT cache folder the line mounts (container.jit_cache): ROOT/jit_name, owned
 # by uid jit_uid, mode 0700; the root takes the place of $jit_mark in run_tail.
 jit_root=$${$jit_root_env:-$jit_root_default}
+models_root=$${$models_root_env:-$models_root_default}
 jit_name=$jit_name
 jit_uid=$jit_uid
 # bundle.json's path rule (sglx.bundle.manifest.RelPath) and image reference rule, as ERE.
@@ -96,12 +102,13 @@ recopy="re-copy the bundle from the source side, or re-create it"
 unreadable="remove it; $$recopy"
 not_ours="this tar was not written by \`sglx bundle create --tar\`: get the bundle again from its"
 not_ours="$$not_ours source and do not use this one"
-tmp= staging= unpacked= record_tmp=
+tmp= staging= unpacked= record_tmp= wstaging=
 cleanup() {
   [ -z "$$tmp" ] || rm -rf -- "$$tmp"
   [ -z "$$record_tmp" ] || rm -f -- "$$record_tmp"
   [ -z "$$staging" ] || rm -rf -- "$$staging"
   [ -z "$$unpacked" ] || rm -rf -- "$$unpacked"
+  [ -z "$$wstaging" ] || rm -rf -- "$$wstaging"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -121,7 +128,8 @@ q() {
   esac
 }
 $record_sh
-usage="sh install.sh [--check] [--state DIR] [--jit-root DIR] [NAME.tar]"
+$weights_sh
+usage="sh install.sh [--check] [--state DIR] [--jit-root DIR] [--models-root DIR] [NAME.tar]"
 check=0 tar_file=
 while [ $$# -gt 0 ]; do
   case $$1 in
@@ -131,6 +139,10 @@ while [ $$# -gt 0 ]; do
     --jit-root)
       [ $$# -ge 2 ] || die "--jit-root needs a folder" "usage: $$usage"; jit_root=$$2; shift ;;
     --jit-root=*) jit_root=$${1#--jit-root=} ;;
+    --models-root)
+      [ $$# -ge 2 ] || die "--models-root needs a folder" "usage: $$usage"
+      models_root=$$2; shift ;;
+    --models-root=*) models_root=$${1#--models-root=} ;;
     -*) die "unknown option $$(q "$$1")" "usage: $$usage" ;;
     *) [ -z "$$tar_file" ] || die "more than one tar named" "usage: $$usage"; tar_file=$$1 ;;
   esac
@@ -143,6 +155,10 @@ printf '%s\n' "$$jit_root" | LC_ALL=C grep -Exq -e '(/[A-Za-z0-9_.-]+)+' &&
   die "the JIT cache root $$(q "$$jit_root") is not a plain absolute path" \
     "pass --jit-root DIR (or set $jit_root_env): letters, digits, '_', '.', '-' and '/'"
 jit_dir=$$jit_root/$$jit_name
+printf '%s\n' "$$models_root" | LC_ALL=C grep -Exq -e '(/[A-Za-z0-9_.-]+)+' &&
+  [ "$$(printf '%s' "$$models_root" | wc -l)" -eq 0 ] ||
+  die "the weights store $$(q "$$models_root") is not a plain absolute path" \
+    "pass --models-root DIR (or set $models_root_env): letters, digits, '_', '.', '-' and '/'"
 case $$state in /*) ;; *) state=$$PWD/$$state ;; esac
 { [ "$${#image_ref}" -le 255 ] && [ "$$(printf '%s' "$$image_ref" | wc -l)" -eq 0 ] &&
   printf '%s\n' "$$image_ref" | LC_ALL=C grep -Exq -e "$$ref_pattern" &&
@@ -367,9 +383,11 @@ for group in $$run_groups; do
   fi
 done
 run_line="$$run_line $$run_tail"
+$weights_before_load
 if docker image inspect "$$image_id" >/dev/null 2>&1; then
   say "the engine already has image $$(q "$$image_id"): not loading it again"
 else
+$base_check
 $parent_check
   say "loading $$(q "$$image_ref") from $chunk_count chunks"
   record_said=
@@ -378,6 +396,7 @@ $parent_check
   docker image inspect "$$image_id" >/dev/null 2>&1 ||
     die "the loaded image is not $$(q "$$image_id")" "$$recopy"
 fi
+$weights_after_load
 record_write
 # The bundle_install role starts no server from this line: sglang_service creates the folder
 # its unit mounts (under its own root).
@@ -390,7 +409,8 @@ if [ "$$door" != bundle_install ]; then
       "run install.sh as root, or pass --jit-root DIR (a folder this user may chown in)"
   say "the JIT cache folder of this image: $$(q "$$jit_dir") (uid $$jit_uid, mode 0700)"
 fi
-run_line=$$(printf '%s\n' "$$run_line" | sed "s|$jit_mark|$$jit_root|g")
+run_line=$$(printf '%s\n' "$$run_line" | sed -e "s|$jit_mark|$$jit_root|g" \
+  -e "s|$models_mark|$$models_root|g")
 $weights_note
 say "installed. Start the server with:"
 printf '%s\n' "$$run_line"
@@ -576,69 +596,92 @@ def record_sh(arch: str, image_ref: str, image_id: str) -> str:
     return text
 
 
-# A delta (bundle.json's image.parent): before anything loads, the engine must hold the layers
-# it takes from its parent, as `sglx bundle install` asks (sglx.bundle.delta.engine_missing).
-# It holds them when an image's layers start with the delta's own, up to the highest one taken
-# from the parent: the parent's image is asked first, then every image the engine lists.
-PARENT_SH = r"""  parent_bundle=@BUNDLE@ parent_digest=@DIGEST@
-  parent_ref=@REF@ parent_image=@IMAGE@ parent_layers=@LAYERS@
-  parent_held() {
+# A bundle that leaves out layers (bundle.json's image.parent, image.base): before anything
+# loads, the engine must hold them, as `sglx bundle install` asks (sglx.bundle.delta.
+# engine_missing). It holds them when an image's layers start with the bundle's own, up to the
+# highest one left out: the image named (the parent's, the base's) is asked first, then every
+# image the engine lists. `layers_held ID PREFIX`.
+HELD_SH = r"""  layers_start() {
     layers=$(docker image inspect --format '{{range .RootFS.Layers}}{{.}} {{end}}' "$1" \
       2>/dev/null) || return 1
-    case $layers in "$parent_layers"*) return 0 ;; esac
+    case $layers in "$2"*) return 0 ;; esac
     return 1
   }
-  held=
-  if parent_held "$parent_image"; then
-    held=1
-  else
+  layers_held() {
+    ! layers_start "$1" "$2" || return 0
     for id in $(docker image ls -aq --no-trunc 2>/dev/null | sort -u); do
-      if parent_held "$id"; then held=1; break; fi
+      ! layers_start "$id" "$2" || return 0
     done
-  fi
-  [ -n "$held" ] || die "this bundle is a delta over the bundle $(q "$parent_bundle") \
+    return 1
+  }
+"""
+# A delta: the layers it takes from its parent.
+PARENT_SH = r"""  parent_bundle=@BUNDLE@ parent_digest=@DIGEST@
+  parent_ref=@REF@ parent_image=@IMAGE@ parent_layers=@LAYERS@
+  layers_held "$parent_image" "$parent_layers" ||
+    die "this bundle is a delta over the bundle $(q "$parent_bundle") \
 (bundle.json $parent_digest, image $(q "$parent_ref") $parent_image): this engine lacks \
 @COUNT@ layers it takes from it; nothing was loaded" "install the bundle $(q "$parent_bundle") \
 first (sh $(q "$parent_bundle")/install.sh or sglx bundle install), then this one"
 """
 
 
+# Without its base: the base's layers, named by the base's reference and how to load it
+# (sglx.bundle.base_layers.refusal says the same).
+BASE_SH = r"""  base_ref=@REF@ base_image=@IMAGE@ base_layers=@LAYERS@
+  layers_held "$base_image" "$base_layers" ||
+    die "this bundle leaves out the @COUNT@ layers of the base image \
+$(q "$base_ref") ($base_image): this engine lacks them; nothing was loaded" @HOW@
+"""
+
+
 def parent_check(image: manifest.ImageRecord | None) -> str:
     """PARENT_SH for a delta's image record; a comment for a full bundle."""
-    if image is None or image.parent is None or not image.referenced():
+    if image is None or image.parent is None or not image.from_parent():
         return "  : # a full bundle: every layer is in its archive"
-    layers = image.layers or ()
-    top = max(i for i, layer in enumerate(layers) if not layer.carried)
-    prefix = "".join(f"{layer.diff_id} " for layer in layers[: top + 1])
     parent = image.parent
-    values = {
-        "@BUNDLE@": shlex.quote(_plain(parent.bundle, "the parent bundle's name")),
-        "@DIGEST@": shlex.quote(parent.digest),
-        "@REF@": shlex.quote(_plain(parent.image_ref, "the parent's image reference")),
-        "@IMAGE@": shlex.quote(parent.image_id),
-        "@LAYERS@": shlex.quote(prefix),
-        "@COUNT@": str(len(image.referenced())),
-    }
-    text = PARENT_SH
-    for key, value in values.items():
-        text = text.replace(key, value)
-    return text
+    return fill(
+        HELD_SH + PARENT_SH,
+        {
+            "@BUNDLE@": shlex.quote(plain(parent.bundle, "the parent bundle's name")),
+            "@DIGEST@": shlex.quote(parent.digest),
+            "@REF@": shlex.quote(plain(parent.image_ref, "the parent's image reference")),
+            "@IMAGE@": shlex.quote(parent.image_id),
+            **_left_out(image, image.from_parent()),
+        },
+    )
+
+
+def base_check(image: manifest.ImageRecord | None) -> str:
+    """BASE_SH for a bundle without its base's layers; a comment for any other."""
+    if image is None or image.base is None or not image.from_base():
+        return "  : # the base's layers are in the archive"
+    from sglx.bundle.base_layers import how_to_load
+
+    base = image.base
+    return fill(
+        HELD_SH + BASE_SH,
+        {
+            "@REF@": shlex.quote(plain(base.ref, "the base's image reference")),
+            "@IMAGE@": shlex.quote(base.image_id),
+            **_left_out(image, image.from_base()),
+            "@HOW@": shlex.quote(plain(how_to_load(base), "how to load the base")),
+        },
+    )
+
+
+def _left_out(image: manifest.ImageRecord, left: Sequence[manifest.LayerEntry]) -> dict[str, str]:
+    """@LAYERS@ (the diff ids, each followed by a space, up to the highest of the layers `left`
+    out) and @COUNT@ (how many are left out)."""
+    layers = image.layers or ()
+    top = max(layers.index(layer) for layer in left)
+    prefix = "".join(f"{layer.diff_id} " for layer in layers[: top + 1])
+    return {"@LAYERS@": shlex.quote(prefix), "@COUNT@": str(len(left))}
 
 
 def beside_tar(tar_path: Path) -> Path:
     """Where `bundle create --tar` puts the copy of install.sh for NAME.tar: NAME.install.sh."""
     return tar_path.with_name(tar_path.name.removesuffix(".tar") + "." + layout.INSTALL_SH)
-
-
-def _plain(value: str, what: str) -> str:
-    """`value`, refused when it holds a control character (install.sh prints it)."""
-    if any(ord(c) < 32 or ord(c) == 127 for c in value):
-        raise SglxError(
-            f"{what} {value!r} holds a control character; install.sh would print it raw",
-            hint="remove newlines, escapes and other control characters from it",
-            code="usage",
-        )
-    return value
 
 
 def render(
@@ -648,10 +691,12 @@ def render(
     image_ref: str,
     image_id: str,
     chunks: Sequence[str],
-    weights_path: str | None,
+    weights: manifest.WeightsRecord | None = None,
+    weights_files: Sequence[manifest.WeightsFile] = (),
     image: manifest.ImageRecord | None = None,
+    weights_path: None = None,  # older callers' "no weights": `weights` names them now
 ) -> str:
-    base_archive.check_reference(_plain(image_ref, "the image reference"), "install.sh")
+    base_archive.check_reference(plain(image_ref, "the image reference"), "install.sh")
     if not _ID.fullmatch(image_id):
         raise SglxError(
             f"install.sh: {image_id!r} is not an image id (sha256:<64 hex>)",
@@ -659,40 +704,37 @@ def render(
             code="usage",
         )
     rel_path = re.compile(_pattern(manifest.RelPath))
-    for path in (*chunks, *([weights_path] if weights_path is not None else [])):
+    carried = [] if weights is None or weights.path is None else [weights.path]
+    carried += [f.name for f in weights_files]
+    for path in (*chunks, *carried):
         if not rel_path.fullmatch(path):
             raise SglxError(f"install.sh: {path!r} is not a bundle path", code="usage")
-    weights_note = ""
-    weights_target = None
-    if weights_path is not None:
-        weights_target = "/var/lib/sglx/weights/" + weights_path.rsplit("/", 1)[-1]
-        weights_note = "say " + shlex.quote(
-            f"weights travel beside the image in {weights_path}: copy them to "
-            f"{weights_target} (or use sglx bundle install --weights-dir)"
-        )
+    # The weights store (install_sh_weights): placed, checked, mounted by the printed line.
+    stored = install_sh_weights.parts(weights, weights_files, image)
     spec = run_spec(profile)
     assert spec.jit_cache is not None  # a spec made from a profile has one
     site = Site(
         image=image_ref,
         name=f"sglx-{profile.arch}",
-        model_dir=weights_target,
         image_id=image_id,
         jit_root=JIT_MARK,
+        weights_digest=None if weights is None else weights.digest,
+        models_root=install_sh_weights.MODELS_MARK,
     )
     head, tail = (
-        [_plain(word, "a docker run argument") for word in words]
+        [plain(word, "a docker run argument") for word in words]
         for words in (head_words(spec, site), tail_words(spec, site))
     )
     return TEMPLATE.substitute(
-        arch=_plain(profile.arch, "the arch"),
-        version=_plain(version, "the sglx version"),
+        arch=plain(profile.arch, "the arch"),
+        version=plain(version, "the sglx version"),
         image_ref=shlex.quote(image_ref),
         image_id=shlex.quote(image_id),
         run_head=shlex.quote(shlex.join(head)),
         run_tail=shlex.quote(shlex.join(tail)),
         run_groups=shlex.quote(" ".join(spec.groups)),
         jit_root_env=ROOT_ENV,
-        jit_root_default=shlex.quote(_plain(spec.jit_cache.host_root, "the JIT cache root")),
+        jit_root_default=shlex.quote(plain(spec.jit_cache.host_root, "the JIT cache root")),
         jit_mark=JIT_MARK,
         jit_name=folder_name(image_id),
         jit_uid=spec.jit_cache.uid,
@@ -702,7 +744,11 @@ def render(
         max_sums=MAX_SUMS_BYTES,
         chunk_count=len(chunks),
         chunks=" ".join(shlex.quote(c) for c in chunks),
-        weights_note=weights_note,
+        models_root_env=MODELS_ROOT_ENV,
+        models_root_default=shlex.quote(plain(spec.models_root or "", "the weights store")),
+        models_mark=install_sh_weights.MODELS_MARK,
+        **stored,
+        base_check=base_check(image),
         parent_check=parent_check(image),
         record_sh=record_sh(profile.arch, image_ref, image_id),
         default_state=record.DEFAULT_STATE,

@@ -36,6 +36,8 @@ PART = r"[A-Za-z0-9_+@=-][A-Za-z0-9._+@=-]*"
 RelPath = Annotated[
     str, StringConstraints(pattern=rf"^{PART}(/{PART})*$", max_length=layout.MAX_PATH_CHARS)
 ]
+# The weights manifest's name (sglx.weights.manifest.MANIFEST_NAME): every store entry has one.
+WEIGHTS_MANIFEST = "sglx-weights.json"
 # The weights' folder name (`weights/NAME`, and the folder made under --weights-dir): one plain
 # path component.
 WEIGHTS_NAME = re.compile(r"[A-Za-z0-9_+-][A-Za-z0-9._+-]{0,127}")
@@ -91,10 +93,21 @@ class ParentRecord(_Record):
     image_id: ImageId
 
 
+class BaseRecord(_Record):
+    """The base image whose layers a bundle leaves out by reference (`create --exclude-base`):
+    its reference and engine id, how many of the image's layers (from the bottom) are the
+    base's, and how the profile says to obtain it ("" when that would not give this image)."""
+
+    ref: str
+    image_id: ImageId
+    layers: int = Field(ge=1, le=layout.MAX_LAYERS)
+    obtain: Annotated[str, StringConstraints(pattern=r"^[^\x00-\x1f\x7f]*$", max_length=2000)]
+
+
 class ImageRecord(_Record):
     """The image: its engine id, the tag it was saved under and the archive's chunks in order;
-    its layers (bundles made before they were recorded have none) and, for a delta, its
-    parent."""
+    its layers (bundles made before they were recorded have none), for a delta its parent,
+    and for a bundle that leaves out its base's layers that base."""
 
     ref: str
     id: ImageId
@@ -104,19 +117,44 @@ class ImageRecord(_Record):
     chunks: tuple[RelPath, ...] = Field(min_length=1)
     layers: tuple[LayerEntry, ...] | None = Field(default=None, max_length=layout.MAX_LAYERS)
     parent: ParentRecord | None = None
+    base: BaseRecord | None = None
 
     def referenced(self) -> tuple[LayerEntry, ...]:
-        """The layers this archive leaves out: the engine must hold them (from the parent)."""
+        """The layers this archive leaves out: the engine must hold them (from the parent or
+        the base)."""
         return tuple(layer for layer in self.layers or () if not layer.carried)
+
+    def from_base(self) -> tuple[LayerEntry, ...]:
+        """The layers left out that are the base's (the lowest `base.layers`)."""
+        count = 0 if self.base is None else self.base.layers
+        return tuple(layer for layer in (self.layers or ())[:count] if not layer.carried)
+
+    def from_parent(self) -> tuple[LayerEntry, ...]:
+        """The layers left out above the base's: a delta takes them from its parent."""
+        count = 0 if self.base is None else self.base.layers
+        return tuple(layer for layer in (self.layers or ())[count:] if not layer.carried)
+
+
+class WeightsFile(_Record):
+    """One file of the weights' store entry (sglx.weights.store): the model's or its manifest."""
+
+    name: Annotated[str, StringConstraints(pattern=rf"^{PART}$", max_length=255)]
+    size: int = Field(ge=0)
+    sha256: Sha256
 
 
 class WeightsRecord(_Record):
-    """Converted weights carried beside the image (`--weights-outside`)."""
+    """Converted weights outside the image: carried beside it (`weights/NAME/`), or, in a delta
+    whose parent had the same weights, named by digest only (`carried` false): the host's
+    weights store holds them since the parent's install. `files` lists the store entry's files;
+    bundles made before the store list none (their weights files are the entry's)."""
 
     name: Annotated[str, StringConstraints(pattern=rf"^{WEIGHTS_NAME.pattern}$")]
-    path: RelPath
-    digest: str
+    path: RelPath | None
+    digest: Digest
     size: int = Field(ge=0)
+    carried: bool = True
+    files: tuple[WeightsFile, ...] | None = Field(default=None, max_length=layout.MAX_FILES)
 
 
 class Slot(_Record):
@@ -151,7 +189,13 @@ class BundleManifest(_Record):
 
 
 def dump(manifest: BundleManifest) -> bytes:
-    return (json.dumps(manifest.model_dump(mode="json"), indent=2, sort_keys=True) + "\n").encode()
+    data = manifest.model_dump(mode="json")
+    if data["image"]["base"] is None:  # written as before: an older sglx reads it
+        del data["image"]["base"]
+    weights = data.get("weights")
+    if weights is not None and weights["carried"] and weights["files"] is None:
+        del weights["carried"], weights["files"]  # carried weights are written as before
+    return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode()
 
 
 def parse(raw: bytes, where: str) -> BundleManifest:
@@ -219,18 +263,26 @@ def _image_problem(image: ImageRecord) -> str | None:
 
 
 def _layers_problem(image: ImageRecord) -> str | None:
-    """Why the layers and the parent contradict themselves: every chain id is the one its diff
-    ids make, a bundle without a parent carries every layer, and a parent needs the layers."""
+    """Why the layers, the parent and the base contradict themselves: every chain id is the one
+    its diff ids make, a layer not carried is the base's or a parent names where it is, and a
+    parent or a base needs the layers."""
     if image.layers is None:
-        return "image.parent: a delta must list its layers (image.layers)" if image.parent else None
+        if image.parent is not None:
+            return "image.parent: a delta must list its layers (image.layers)"
+        return "image.base: a bundle without its base must list its layers" if image.base else None
     if not image.layers:
         return "image.layers: an image has at least one layer"
     chains = chain_ids([layer.diff_id for layer in image.layers])
     for index, (layer, chain) in enumerate(zip(image.layers, chains, strict=True)):
         if layer.chain_id != chain:
             return f"image.layers.{index}.chain_id: {layer.chain_id} is not the chain id {chain}"
-    if image.parent is None and image.referenced():
-        return "image.layers: a layer is not carried, but no image.parent names where it is"
+    if image.parent is None and image.from_parent():
+        above = " above the base" if image.base is not None else ""
+        return f"image.layers: a layer{above} is not carried, but no image.parent names where it is"
+    if image.base is not None:
+        problem = _base_problem(image, image.base, len(image.layers))
+        if problem is not None:
+            return problem
     if image.parent is not None and image.parent.image_id == image.id:
         return "image.parent: the parent's image is this bundle's own image"
     if image.parent is not None:
@@ -238,6 +290,18 @@ def _layers_problem(image: ImageRecord) -> str | None:
             check_reference(image.parent.image_ref, "image.parent.image_ref")
         except SglxError as exc:
             return exc.message
+    return None
+
+
+def _base_problem(image: ImageRecord, base: BaseRecord, count: int) -> str | None:
+    if base.layers > count:
+        return f"image.base.layers: {base.layers}, but the image has {count} layers"
+    if base.image_id == image.id:
+        return "image.base: the base's image is this bundle's own image"
+    try:
+        check_reference(base.ref, "image.base.ref")
+    except SglxError as exc:
+        return exc.message
     return None
 
 
@@ -265,13 +329,9 @@ def _files_problem(manifest: BundleManifest) -> str | None:
         want = last if index == len(image.chunks) - 1 else image.chunk_size
         if by_path[chunk].size != want:
             return f"files: {chunk} is {by_path[chunk].size} bytes, the image record says {want}"
-    weights = manifest.weights
-    if weights is not None:
-        if weights.path != f"{layout.WEIGHTS}/{weights.name}":
-            return f"weights.path: {weights.path} is not {layout.WEIGHTS}/{weights.name}"
-        size = sum(e.size for e in manifest.files if e.kind == "weights")
-        if size != weights.size:
-            return f"weights.size: {weights.size} bytes, its files add up to {size}"
+    problem = _weights_problem(manifest)
+    if problem is not None:
+        return problem
     for name, slot, path in (
         ("wheelhouse", manifest.wheelhouse, layout.WHEELHOUSE),
         ("ansible", manifest.ansible, layout.ANSIBLE),
@@ -279,6 +339,58 @@ def _files_problem(manifest: BundleManifest) -> str | None:
         if slot.included and slot.path != path:
             return f"{name}.path: {slot.path} is not {path}"
     return None
+
+
+def _weights_problem(manifest: BundleManifest) -> str | None:
+    """Why the weights record contradicts the files: carried weights are `weights/NAME/` and
+    their files are those `weights.files` lists; weights not carried are a delta's, with no
+    file in the bundle and their files listed, sglx-weights.json among them."""
+    weights = manifest.weights
+    if weights is None:
+        return None
+    entries = [e for e in manifest.files if e.kind == "weights"]
+    listed = weights.files
+    if weights.carried:
+        if weights.path != f"{layout.WEIGHTS}/{weights.name}":
+            return f"weights.path: {weights.path} is not {layout.WEIGHTS}/{weights.name}"
+        size = sum(e.size for e in entries)
+        if size != weights.size:
+            return f"weights.size: {weights.size} bytes, its files add up to {size}"
+        prefix = f"{weights.path}/"
+        if listed is not None and sorted(
+            (e.path.removeprefix(prefix), e.size, e.sha256) for e in entries
+        ) != sorted((f.name, f.size, f.sha256) for f in listed):
+            return "weights.files: not the files the bundle carries under weights.path"
+    else:
+        if weights.path is not None or entries:
+            return "weights: weights not carried have no path and no file in the bundle"
+        if manifest.image.parent is None:
+            return "weights.carried: only a delta (image.parent) takes its weights from the store"
+        if listed is None:
+            return "weights.files: weights not carried must list their files"
+        if sum(f.size for f in listed) != weights.size:
+            return f"weights.size: {weights.size} bytes, weights.files add up to another size"
+    if listed is not None:
+        names = [f.name for f in listed]
+        if len(set(names)) != len(names) or WEIGHTS_MANIFEST not in names:
+            return f"weights.files: a name listed twice, or no {WEIGHTS_MANIFEST}"
+    return None
+
+
+def weights_files(manifest: BundleManifest) -> tuple[WeightsFile, ...]:
+    """The files of the bundle's weights store entry: `weights.files`, or (a bundle made before
+    the store) its weights files under `weights.path`."""
+    weights = manifest.weights
+    if weights is None:
+        return ()
+    if weights.files is not None:
+        return weights.files
+    prefix = f"{weights.path}/"
+    return tuple(
+        WeightsFile(name=e.path.removeprefix(prefix), size=e.size, sha256=e.sha256)
+        for e in manifest.files
+        if e.kind == "weights"
+    )
 
 
 def _layout_kind(manifest: BundleManifest, path: str) -> Kind | None:
@@ -295,7 +407,7 @@ def _layout_kind(manifest: BundleManifest, path: str) -> Kind | None:
     if top == layout.ANSIBLE and manifest.ansible.included:
         return "lock" if path == layout.ANSIBLE_LOCK else "ansible"
     weights = manifest.weights
-    if weights is not None and path.startswith(weights.path + "/"):
+    if weights is not None and weights.path is not None and path.startswith(weights.path + "/"):
         return "weights"
     return None
 

@@ -51,6 +51,14 @@ def bundle_archive(bundle: Path) -> tuple[ChunkedArchive, Rules]:
             "verify` shows its findings); or scan the image itself with `sglx scan --image REF`",
             code="usage",
         )
+    if manifest.image.base is not None and manifest.image.from_base():
+        raise SglxError(
+            f"{bundle} leaves out the layers of its base image {manifest.image.base.ref}, so it "
+            "cannot be scanned alone",
+            hint="its report of the whole image, made at create, is meta/scan.json (`sglx bundle "
+            "verify` shows its findings); or scan the image itself with `sglx scan --image REF`",
+            code="usage",
+        )
     profile = bundle_profile(bundle, manifest.arch)
     wheels = tuple(sorted((bundle / layout.WHEELHOUSE).glob("*.whl")))
     site = site_packages(profile) if wheels else ""

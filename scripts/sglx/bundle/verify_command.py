@@ -2,9 +2,10 @@
 (image_archive.py), then the dependency scan of the image archive with the arch's rules, as one
 report (exit 0 ok, 1 findings, 2 usage or environment).
 
-A delta (bundle.json's image.parent) says which parent it needs; its archive lacks that
-parent's layers, so its scan is the report made at create from the whole image. With `--with
-PARENT` (repeatable) each link of its chain is checked (sglx.bundle.delta.chain_findings).
+A delta (bundle.json's image.parent) says which parent it needs, and a bundle without its
+base's layers (image.base) which base; such an archive lacks those layers, so its scan is the
+report made at create from the whole image. With `--with PARENT` (repeatable) each link of a
+delta's chain is checked (sglx.bundle.delta.chain_findings).
 """
 
 from __future__ import annotations
@@ -62,12 +63,13 @@ def _verify(
     manifest = check.manifest
     if manifest is not None and not findings:
         findings += layer_findings(folder, manifest)
-    delta = manifest is not None and manifest.image.parent is not None
+    partial = manifest is not None and bool(manifest.image.referenced())
     scan_status = "skipped (--no-scan)" if not scan else "not run: the files did not verify"
-    if scan and not findings and delta:
+    if scan and not findings and manifest is not None and partial:
         findings += _report_findings(folder)
         scan_status = "findings" if findings else "ok"
-        scan_status += " (a delta: the report made at create, of the whole image)"
+        which = "a delta" if manifest.image.parent is not None else "without its base's layers"
+        scan_status += f" ({which}: the report made at create, of the whole image)"
     elif scan and not findings and check.manifest is not None:
         findings += _scan(folder, check, jobs, progress)
         scan_status = "findings" if len(findings) else "ok"
@@ -101,13 +103,21 @@ def _verify(
     )
     verdict = "bundle verified" if not findings else f"{len(findings)} problem(s) found"
     if manifest is not None and manifest.image.parent is not None:
-        needs = manifest.image.referenced()
+        needs = manifest.image.from_parent()
         verdict += (
             f"; it is {describe(manifest.image)} and needs {len(needs)} of its layers "
             f"({layout.human(sum(n.size for n in needs))}): install that bundle first"
         )
         if not chain:
             verdict += "; --with PARENT checks that the chain is complete"
+    if manifest is not None and manifest.image.base is not None:
+        from sglx.bundle.base_layers import describe as describe_base
+
+        left = manifest.image.from_base()
+        verdict += (
+            f"; it leaves out the {len(left)} layers ({layout.human(sum(x.size for x in left))}) "
+            f"of {describe_base(manifest.image.base)}: load that base before installing"
+        )
     return Result(
         ("bundle", "verify"),
         data=data,
@@ -118,12 +128,14 @@ def _verify(
 
 
 def _delta_data(manifest: BundleManifest | None) -> dict[str, Any]:
-    """`parent` (null for a full bundle) and `needs`: the chain ids a delta takes from it."""
+    """`parent` and `base` (null for a full bundle) and `needs`: the chain ids the bundle takes
+    from them."""
     if manifest is None:
-        return {"parent": None, "needs": []}
+        return {"parent": None, "base": None, "needs": []}
     image = manifest.image
     return {
         "parent": None if image.parent is None else image.parent.model_dump(mode="json"),
+        "base": None if image.base is None else image.base.model_dump(mode="json"),
         "needs": [layer.chain_id for layer in image.referenced()],
     }
 

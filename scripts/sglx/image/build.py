@@ -33,7 +33,7 @@ from typing import Any
 
 from sglx import __version__
 from sglx.engine import docker_client, read_image_file
-from sglx.image import payload, prune
+from sglx.image import payload, prune, weights_outside
 from sglx.image.render import dockerfile_path, stale
 from sglx.progress import Progress
 from sglx.wheels import wheelhouse
@@ -46,6 +46,7 @@ from sglx_core.profile.loader import display_path
 from sglx_core.profile.resolved import PROFILE_DIGEST_LABEL, profile_digest, resolved_text
 from sglx_core.report import Result, Table
 from sglx_core.util import scratch_dir
+from sglx_core.weights_store import OUTSIDE_LABEL
 
 BUILD_TIMEOUT_S = 3600
 # sglx, sglx-platform and sglx-kernels: the files each wheel is built from.
@@ -77,8 +78,11 @@ def build_image(
     wheels: Path | None,
     progress: Progress,
     no_cache: bool = False,
+    weights_outside_above: str | None = None,
+    models_root: Path | None = None,
 ) -> Result:
     arch = profile.arch
+    outside_limit = weights_outside.threshold(profile, weights_outside_above)
     if stale(arch):
         raise SglxError(
             f"{display_path(dockerfile_path(arch))} is stale or missing",
@@ -108,18 +112,23 @@ def build_image(
     tag = tag or f"sglx/{arch}:latest"
     with scratch_dir("sglx-build-") as scratch:
         weights = _prepare_model(profile, model, scratch, progress)
+        kept = weights_outside.keep(
+            profile, weights.path, weights.digest, outside_limit, models_root, progress
+        )
         reuse = not no_cache
         wheels_image = payload.wheelhouse_image(
             client, lock, lock_path(arch), folder, progress, reuse=reuse
         )
         weights_image = payload.weights_image(
-            client, weights.path, weights.digest, progress, reuse=reuse
+            client, weights.path, weights.digest, progress, reuse=reuse, outside=kept is not None
         )
         context = scratch / "context"
         _write_context(profile, weights.name, context, progress)
         _write_base_report(profile, base_ref, base_image.id, probe, facts, context)
         labels = _labels(profile, lock.digest, len(lock.wheels), weights, base_ref, base_image)
         labels.update(base_facts.labels(facts))
+        if kept is not None:
+            labels[OUTSIDE_LABEL] = "true"
         progress(f"docker build {tag} (no network)")
         image_id, deps_id = docker_build(
             client,
@@ -153,7 +162,8 @@ def build_image(
                 tag,
                 image.id,
                 f"{size / 1e9:.2f} GB",
-                f"{weights.name}{' (demo)' if weights.demo else ''}",
+                f"{weights.name}{' (demo)' if weights.demo else ''}"
+                + ("" if kept is None else f" (outside the image: {kept})"),
             ),
         ),
     )
@@ -165,6 +175,7 @@ def build_image(
             "size_bytes": size,
             "labels": labels,
             "payload_images": [wheels_image.tag, weights_image.tag],
+            "weights_outside": None if kept is None else str(kept),
             # imported by this build (not reused): what a caller that cleans up may remove
             "payload_images_imported": [p.tag for p in (wheels_image, weights_image) if p.imported],
             # the deps stage kept for the next build's cache, and the older ones removed

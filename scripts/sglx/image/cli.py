@@ -56,6 +56,20 @@ def register(
     p.add_argument(
         "--no-cache", action="store_true", help="re-import wheels and weights, rebuild every layer"
     )
+    p.add_argument(
+        "--weights-outside-above",
+        metavar="SIZE",
+        help="keep converted weights larger than SIZE (e.g. 4GiB) outside the image, in the "
+        "weights store (default: $SGLX_WEIGHTS_OUTSIDE_ABOVE or the profile's "
+        "weights.outside_above)",
+    )
+    p.add_argument(
+        "--models-root",
+        type=Path,
+        metavar="DIR",
+        help="the weights store weights kept outside the image go to (default: "
+        "$SGLX_MODELS_ROOT or the profile's weights.store, /var/lib/sglx/models)",
+    )
     p.set_defaults(func=_cmd_image_build)
 
     p = verbs.add_parser(
@@ -92,6 +106,8 @@ def _cmd_image_build(args: argparse.Namespace) -> Result:
         wheels=args.wheelhouse,
         progress=Progress("image", quiet=args.quiet),
         no_cache=args.no_cache,
+        weights_outside_above=args.weights_outside_above,
+        models_root=args.models_root,
     )
 
 

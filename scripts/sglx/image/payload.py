@@ -77,11 +77,19 @@ def wheelhouse_image(
 
 
 def weights_image(
-    client: Any, model: Path, digest: str, progress: Progress, *, reuse: bool
+    client: Any, model: Path, digest: str, progress: Progress, *, reuse: bool, outside: bool = False
 ) -> Payload:
-    """An image holding /models/model: the converted weights and their manifest."""
-    tag = f"sglx/weights:{digest.split(':')[1][:16]}"
+    """An image holding /models/model: the converted weights and their manifest; for weights
+    kept outside the image (sglx.image.weights_outside), all but the `.safetensors` shards (the
+    manifest, config and tokenizer: what the build's own steps read of the model)."""
+    tag = weights_tag(digest, outside)
     members = [(model, "models"), (model, "models/model")]
     for path in sorted(model.rglob("*")):
-        members.append((path, f"models/model/{path.relative_to(model)}"))
+        if not outside or not path.name.endswith(".safetensors"):
+            members.append((path, f"models/model/{path.relative_to(model)}"))
     return _import(client, tag, members, progress, "weights", reuse)
+
+
+def weights_tag(digest: str, outside: bool = False) -> str:
+    """The weights payload's tag: by digest; `-outside` for the one without the shards."""
+    return f"sglx/weights:{digest.split(':')[1][:16]}" + ("-outside" if outside else "")

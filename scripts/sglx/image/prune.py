@@ -31,6 +31,7 @@ from sglx.progress import Progress
 from sglx.weights.manifest import MANIFEST_NAME
 from sglx_core.profile.loader import profile_path
 from sglx_core.report import Finding, Result, Table
+from sglx_core.weights_store import OUTSIDE_LABEL
 
 STAGE_LABEL = "io.sglx.stage"
 ARCH_LABEL = "io.sglx.arch"
@@ -172,7 +173,8 @@ def backing_tags(engine: Engine) -> set[str]:
         lock = labels[LOCK_LABEL].partition(":")[2][:16]
         tags.add(f"{WHEELHOUSE_REPO}:{labels.get(ARCH_LABEL)}-{lock}")
         if WEIGHTS_LABEL in labels:
-            tags.add(f"{WEIGHTS_REPO}:{labels[WEIGHTS_LABEL].partition(':')[2][:16]}")
+            outside = "-outside" if labels.get(OUTSIDE_LABEL) == "true" else ""
+            tags.add(f"{WEIGHTS_REPO}:{labels[WEIGHTS_LABEL].partition(':')[2][:16]}{outside}")
     return tags
 
 

@@ -24,6 +24,8 @@ from pydantic import (
     model_validator,
 )
 
+from sglx_core.weights_store import SIZE_PATTERN
+
 SCHEMA_VERSION = 1
 
 Name = Annotated[str, StringConstraints(strict=True, pattern=r"^[a-z][a-z0-9_.-]*$")]
@@ -572,10 +574,24 @@ class EnvFloor(_Strict):
 
 
 class Weights(_Strict):
-    """How `sglx weights convert` stores weights for this arch."""
+    """How `sglx weights convert` stores weights for this arch, and where large ones live."""
 
     dtype: Literal["float32", "float16", "bfloat16"] = Field(
         description="Floating-point dtype converted weights are stored in."
+    )
+    outside_above: Annotated[str, StringConstraints(strict=True, pattern=SIZE_PATTERN)] = Field(
+        description="Converted weights larger than this (a size: 4GiB, 700MB, bytes) are not "
+        "baked into the image: `sglx image build` keeps them in the weights store, and a bundle "
+        "carries them beside the image, or, for a delta over a bundle with the same weights, "
+        "names them by digest only. A site overrides it with `sglx image build "
+        "--weights-outside-above SIZE` or SGLX_WEIGHTS_OUTSIDE_ABOVE."
+    )
+    store: Annotated[str, StringConstraints(strict=True, pattern=r"^(/[A-Za-z0-9_.-]+)+$")] = Field(
+        description="Root of the node-local weights store: one folder per weights manifest "
+        "digest (`<store>/<64 hex>`), placed once and verified by `sglx bundle install`, "
+        "install.sh and the bundle_install role, shared by image versions and mounted "
+        "read-only at the image's model folder. A site moves it with --models-root, "
+        "SGLX_MODELS_ROOT, bundle_install_models_root and sglang_service_models_root."
     )
 
 
