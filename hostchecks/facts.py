@@ -98,6 +98,10 @@ class HostFacts:
     def __getitem__(self, key: str) -> Any:
         return self.vars[key]
 
+    def flag(self, key: str) -> bool:
+        """A boolean variable as Ansible's `bool` filter reads it (false when unset)."""
+        return _ansible_bool(self.vars.get(key, False))
+
     @property
     def container(self) -> str:
         return str(self.vars["sglang_service_container"])
@@ -133,7 +137,7 @@ class HostFacts:
     def late_modules(self) -> list[str]:
         """The modules a unit loads after boot: the profile's after-boot modules, once the site
         set accel_host_load_after_boot (the role's vars/main.yml __accel_host_late_modules)."""
-        if not _ansible_bool(self.vars.get("accel_host_load_after_boot", False)):
+        if not self.flag("accel_host_load_after_boot"):
             return []
         return list(self.vars.get("accel_host_after_boot_modules") or [])
 

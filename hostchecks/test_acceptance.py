@@ -21,6 +21,7 @@ from probes import (
     bundle_manifest,
     container_inspect,
     differences,
+    docker,
     fingerprint,
     image_arch,
     install_record,
@@ -277,6 +278,42 @@ def test_health_and_completion(host: Any, facts: HostFacts) -> None:
         )
     if facts.node_rank == 0:
         json.loads(done.stdout.splitlines()[-1])
+
+
+def test_served_numerics(host: Any, facts: HostFacts, record_property: Any) -> None:
+    """The serving gate's numerics (docs/reference/gate.md): the image's golden file, replayed
+    teacher-forced through the server from inside its container, stays within the arch
+    profile's tolerance for the dtype it serves in. A host whose weights, kernels or model
+    settings drift is named with the prompt and the token positions, though /health and a
+    completion pass. A serving group replays through rank 0."""
+    if facts.node_rank != 0:
+        pytest.skip(f"{facts.name} is not rank 0 of its serving group: rank 0 replays")
+    if not facts.flag("sglang_service_gate_numerics"):
+        pytest.skip("sglang_service_gate_numerics is false for this host: the replay is off")
+    running_container(host, facts)
+    url = f"http://127.0.0.1:{facts['sglang_service_port']}"
+    done = docker(host, "exec", facts.container, "python", "-m", "sglx_platform.golden_replay",
+                  "--url", url, "--host", facts.name, "--json")  # fmt: skip
+    try:
+        report = json.loads(done.stdout)
+    except ValueError:
+        last = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
+        problem(
+            f"the golden-numerics replay in {facts.container} did not run: {last[0][:300]}",
+            f"is the image built by this sglx (it carries /etc/sglx/golden.json)? {ROLLOUT}",
+        )
+    said = [item["message"] for item in report.get("findings", []) + report.get("errors", [])]
+    if done.rc != 0:
+        problem("; ".join(said) or f"the replay exited {done.rc}", f"journalctl -u "
+                f"{facts.service}; compare this host's model, --dtype and overrides with its "
+                f"peers', then {ROLLOUT}")  # fmt: skip
+    data = report["data"]
+    record_property(
+        DETAIL_PROPERTY,
+        f"{data['served_dtype']}: top-1 {data['top1_agreement']:.3f}, mean |Δ| "
+        f"{data['mean_abs']:.2e}, max |Δ| {data['max_abs']:.2e} over {len(data['prompts'])} "
+        "prompts",
+    )
 
 
 def test_serving_group_forms(host: Any, facts: HostFacts) -> None:

@@ -2,10 +2,11 @@
 host checks (`sglx hosts check`, testinfra over the same inventory):
 
 site.yml (idempotent, check mode), preflight checks, rollout.yml of the cpu bundle (idempotent),
-acceptance checks, three breaks on one host that the checks name and a playbook repairs, a
-failed upgrade that is rolled back (its delta bundle copied from the control node and staged
-on both hosts before the first restart, so that the serial batches hold no copy), a serving
-group, and staging from a site registry by digest.
+acceptance checks (the serving gate's golden numerics among them), three breaks on one host
+that the checks name and a playbook repairs, a host serving other numbers that the gate fails
+and the rollout rolls back, a failed upgrade that is rolled back (its delta bundle copied
+from the control node and staged on both hosts before the first restart, so that the serial
+batches hold no copy), a serving group, and staging from a site registry by digest.
 
 The hosts share this machine's engine (see helpers/test_hosts.py). Consequences the test
 names: a bind mount's source is a path of this machine, so each host's node-local JIT cache
@@ -204,9 +205,13 @@ ON_HOST_V2 = "/srv/sglx/bundles/v2"
 SERVING_CHECKS = (
     "bundle_image_present", "service_active", "running_server_environment",
     "running_container_shares_the_device_init_lock", "running_container_mounts_its_jit_cache",
-    "health_and_completion",
+    "health_and_completion", "served_numerics",
     "group_runs_the_same", "image_preflight", "serving_profile_selected",
 )  # fmt: skip
+# A model change that keeps a server healthy but changes its numbers: rope_theta 1000 instead
+# of the demo model's 10000 (calibrated: bench/gate/results/golden-calibration-cpu-flat.json,
+# variant rope-float16, its worst prompt 3x over the float16 tolerance).
+WRONG_ROPE_THETA = 1000.0
 
 
 def failures(envelope: dict) -> set[tuple[str, str]]:
@@ -527,6 +532,68 @@ def test_a_hand_changed_server_flag_is_named_and_rollout_restores_it(fleet: Flee
     assert "host-b: updated" in out and recap(out)["host-a"]["changed"] == 0
     code, report = fleet.check("repaired-flag", fleet.inventories["roll"], "acceptance")
     assert code == 0, report
+
+
+@pytest.mark.breaks
+def test_a_host_serving_other_numbers_fails_the_gate_and_is_rolled_back(fleet: Fleet) -> None:
+    """Issue 25's numerics break: host-b serves its model from a site folder
+    (sglang_service_model_dir) whose config.json has another rope_theta, a bad copy. Its
+    server starts and answers /health and a completion (the health module passes before the
+    replay runs), yet the gate's golden-numerics replay fails it, naming the host and the
+    prompt, and the rollout rolls it back. Rolled out with the replay off, the acceptance checks
+    fail served_numerics alone: image, bundle, flags and environment match host-a's, so every
+    configuration check passes a host that serves other numbers."""
+    a, b = fleet.hosts
+    v1, v1_id = fleet.state["v1"], fleet.state["v1_id"]
+    model = wrong_rope_model(fleet.work, v1_id)
+    rope = fleet.inventory("rope", "cpu", {"host-b": {"sglang_service_model_dir": str(model)}})
+    code, out = fleet.play(rope, "rollout.yml", "-e", f"sglx_bundle_path={v1}", *BOTH)
+    assert code != 0, out
+    assert "host-b: rolled_back" in out, out
+    drift = re.search(r"host-b: the served numbers fail the golden numerics \(host host-b: "
+                      r"prompt '([a-z-]+)': served numbers drift from the reference at "
+                      r"continuation tokens [0-9]", out)  # fmt: skip
+    assert drift, out
+    assert recap(out)["host-a"]["changed"] == 0
+    assert running_image(b) == v1_id and str(model) not in b.exec("systemctl cat sglx-server")
+    # The same folder, rolled out with the replay off on host-b: it serves, healthy.
+    ungated = {"host-b": {"sglang_service_model_dir": str(model),
+                          "sglang_service_gate_numerics": False}}  # fmt: skip
+    code, out = fleet.play(fleet.inventory("rope-ungated", "cpu", ungated), "rollout.yml",
+                           "-e", f"sglx_bundle_path={v1}", *BOTH)  # fmt: skip
+    assert code == 0, out
+    code, report = fleet.check("break-numerics", rope, "acceptance")
+    assert code == 1
+    assert failures(report) == {("host-b", "served_numerics")}, report
+    said = message(report, "host-b", "served_numerics")
+    assert f"host host-b: prompt '{drift.group(1)}': served numbers drift" in said, said
+    seen = outcomes(report, "host-b")
+    assert all(seen[c] == "passed" for c in SERVING_CHECKS if c != "served_numerics"), report
+    code, out = fleet.play(fleet.inventories["roll"], "rollout.yml",
+                           "-e", f"sglx_bundle_path={v1}", *BOTH)  # fmt: skip
+    assert code == 0, out
+    assert "host-b: updated" in out, out
+    assert served(fleet, a) and served(fleet, b)
+
+
+def wrong_rope_model(work: Path, image: str) -> Path:
+    """The image's model copied to a folder the hosts see (under the run's temp folder), its
+    config.json given rope_theta WRONG_ROPE_THETA: a model folder a site copied badly."""
+    folder = work / "wrong-rope-model"
+    container = sh("docker", "create", image).stdout.strip()
+    try:
+        sh("docker", "cp", f"{container}:/models/model", str(folder))
+    finally:
+        sh("docker", "rm", "-f", container, check=False)
+    config_path = folder / "config.json"
+    config = json.loads(config_path.read_text())
+    rope = config.get("rope_parameters") or config
+    assert rope["rope_theta"] != WRONG_ROPE_THETA, config
+    rope["rope_theta"] = WRONG_ROPE_THETA
+    config_path.write_text(json.dumps(config, indent=2) + "\n")
+    for path in (folder, *folder.rglob("*")):  # the server runs as uid 1000
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    return folder
 
 
 def test_a_failed_upgrade_is_rolled_back(fleet: Fleet) -> None:

@@ -1,7 +1,8 @@
 """`sglx image build` on the cpu reference: a real image serves like transformers.
 
 One cold build (demo model, base debootstrapped by the session), one container answering
-/health, /v1/models and a greedy completion, and one rebuild after touching only plugin code.
+/health, /v1/models, a greedy completion and the replay of the golden numerics the build
+computed, and one rebuild after touching only plugin code.
 The container runs as the run spec says (sglx.run_spec: the line install.sh and `sglx bundle
 install` print), so it mounts its node-local JIT cache folder; one restart from the same line
 shows the folder persists, and a folder that is not private stops the server before sglang.
@@ -9,6 +10,7 @@ shows the folder persists, and a folder that is not private stops the server bef
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import re
@@ -26,6 +28,7 @@ from helpers.server import http, transformers_greedy, wait_healthy
 
 from sglx.run_spec import Site, docker_run_words, jit_folder, make_jit_folder, run_spec
 from sglx.wheels.steps import load_lock
+from sglx_core.gate.golden import BUILTIN_PROMPTS, GOLDEN_FILE, GOLDEN_LABEL
 from sglx_core.jit_cache import HOST_ENV
 from sglx_core.profile import load_profile
 
@@ -154,6 +157,31 @@ def test_greedy_completion_matches_transformers_on_the_baked_weights(
         )
         assert status == 200, body
         assert body["choices"][0]["text"] == tokenizer.decode(want, skip_special_tokens=True)
+
+
+def test_the_image_carries_its_golden_numerics_and_serves_them(
+    docker: Any, cpu_image: dict, served: tuple[str, Path, Any]
+) -> None:
+    """The golden file the build computed from the demo checkpoint in float32, labelled with
+    its digest, replayed through the running server from inside its container: the served
+    float16 numbers are within the cpu profile's tolerance (issue 25)."""
+    _, _, container = served
+    label = docker.images.get(cpu_image["tag"]).labels[GOLDEN_LABEL]
+    stream, _ = container.get_archive(f"/etc/sglx/{GOLDEN_FILE}")
+    with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
+        member = tar.extractfile(GOLDEN_FILE)
+        assert member is not None
+        raw = member.read()
+    assert label == "sha256:" + hashlib.sha256(raw).hexdigest()
+    port = load_profile("cpu").container.port
+    url = f"http://127.0.0.1:{port}"
+    replay = ["python", "-m", "sglx_platform.golden_replay", "--url", url, "--digest", label]
+    code, out = container.exec_run([*replay, "--json"])
+    report = json.loads(out)
+    assert code == 0, report
+    assert report["data"]["served_dtype"] == "float16"  # sglang's auto for a float32 checkpoint
+    assert report["data"]["top1_agreement"] == 1.0
+    assert len(report["data"]["prompts"]) == len(BUILTIN_PROMPTS)
 
 
 def test_the_server_started_without_serving_flags_chose_the_cpu_profile(

@@ -54,6 +54,7 @@ from sglx.engine import docker_client
 from sglx.progress import Progress
 from sglx.run_spec import run_spec
 from sglx_core.errors import SglxError
+from sglx_core.gate.golden import GOLDEN_LABEL
 from sglx_core.profile import Profile
 from sglx_core.profile.resolved import PROFILE_DIGEST_LABEL, profile_digest, resolved_text
 from sglx_core.report import Finding, Result, Table
@@ -465,6 +466,9 @@ def _versions(profile: Profile, labels: dict[str, str]) -> dict[str, Any]:
         },
         "weights_digest": labels.get("io.sglx.weights.digest", "unknown"),
         "lock_digest": labels.get("io.sglx.lock.digest", "unknown"),
+        # The golden numerics the image carries (/etc/sglx/golden.json): what the serving gate
+        # replays on every host.
+        "golden_digest": labels.get(GOLDEN_LABEL, "none"),
     }
 
 

@@ -40,6 +40,15 @@ from sglx.wheels import wheelhouse
 from sglx.wheels.steps import default_wheelhouse, load_lock, lock_path
 from sglx_core import base_facts, base_probe, triton_cache
 from sglx_core.errors import SglxError
+from sglx_core.gate.golden import (
+    BUILTIN_PROMPTS,
+    GOLDEN_FILE,
+    GOLDEN_LABEL,
+    Prompt,
+    file_digest,
+    load_golden,
+    read_prompts,
+)
 from sglx_core.paths import source_root
 from sglx_core.profile import Profile
 from sglx_core.profile.loader import display_path
@@ -67,6 +76,7 @@ class Model:
     name: str
     digest: str  # the weights manifest digest
     demo: bool
+    source: Path  # the checkpoint before conversion: the golden numerics' reference
 
 
 def build_image(
@@ -80,6 +90,8 @@ def build_image(
     no_cache: bool = False,
     weights_outside_above: str | None = None,
     models_root: Path | None = None,
+    golden_prompts: Path | None = None,
+    golden: Path | None = None,
 ) -> Result:
     arch = profile.arch
     outside_limit = weights_outside.threshold(profile, weights_outside_above)
@@ -100,6 +112,9 @@ def build_image(
         )
     if model is not None:
         check_model(model)
+    prompts = BUILTIN_PROMPTS + (read_prompts(golden_prompts) if golden_prompts else ())
+    if golden is not None:
+        load_golden(golden)  # a bad file fails here, before any slow step
     folder = wheels or default_wheelhouse(arch)
     progress(f"checking {len(lock.wheels)} wheels in {folder} against {lock_path(arch).name}")
     wheelhouse.require_complete(lock, folder, progress)
@@ -125,7 +140,9 @@ def build_image(
         context = scratch / "context"
         _write_context(profile, weights.name, context, progress)
         _write_base_report(profile, base_ref, base_image.id, probe, facts, context)
+        golden_digest = _write_golden(weights, golden, prompts, context, progress)
         labels = _labels(profile, lock.digest, len(lock.wheels), weights, base_ref, base_image)
+        labels[GOLDEN_LABEL] = golden_digest
         labels.update(base_facts.labels(facts))
         if kept is not None:
             labels[OUTSIDE_LABEL] = "true"
@@ -321,7 +338,27 @@ def _prepare_model(
         converted = scratch / "converted"
         progress(f"converting {name} to {profile.weights.dtype} for {profile.arch}")
         convert_weights(model, converted, profile, progress=progress)
-    return Model(converted, name, manifest_digest(converted), demo)
+    return Model(converted, name, manifest_digest(converted), demo, model)
+
+
+def _write_golden(
+    model: Model, given: Path | None, prompts: tuple[Prompt, ...], context: Path, progress: Progress
+) -> str:
+    """The golden file at the image's etc/ (beside the baked profile): `given`, or computed
+    from the source checkpoint with transformers on CPU in float32. Returns its digest."""
+    dest = context / "etc" / GOLDEN_FILE
+    if given is not None:
+        progress(f"using the golden file {given}")
+        shutil.copyfile(given, dest)
+        load_golden(dest)
+        return file_digest(dest)
+    progress(
+        f"computing the golden numerics of {model.name}: {len(prompts)} prompts, "
+        "transformers on CPU in float32"
+    )
+    from sglx.gate.golden_build import build_golden_file
+
+    return build_golden_file(model.source, dest, prompts, weights_digest=model.digest)
 
 
 def check_model(model: Path) -> None:

@@ -70,6 +70,21 @@ def register(
         help="the weights store weights kept outside the image go to (default: "
         "$SGLX_MODELS_ROOT or the profile's weights.store, /var/lib/sglx/models)",
     )
+    p.add_argument(
+        "--golden-prompts",
+        type=Path,
+        metavar="FILE",
+        help="your own prompts for the golden numerics, a JSON list of {id, text}, added to "
+        "sglx's built-in set (docs/reference/gate.md)",
+    )
+    p.add_argument(
+        "--golden",
+        type=Path,
+        metavar="FILE",
+        help="a golden file made beforehand (`python -m sglx.gate.golden_build`, e.g. on a "
+        "machine with the memory to run the checkpoint in float32) instead of computing it "
+        "during the build",
+    )
     p.set_defaults(func=_cmd_image_build)
 
     p = verbs.add_parser(
@@ -108,6 +123,8 @@ def _cmd_image_build(args: argparse.Namespace) -> Result:
         no_cache=args.no_cache,
         weights_outside_above=args.weights_outside_above,
         models_root=args.models_root,
+        golden_prompts=args.golden_prompts,
+        golden=args.golden,
     )
 
 

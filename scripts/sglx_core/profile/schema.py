@@ -595,6 +595,47 @@ class Weights(_Strict):
     )
 
 
+ServedDtype = Literal["float32", "float16", "bfloat16"]
+
+
+class NumericsTolerance(_Strict):
+    """How far served log-probabilities may stray from the float32 reference, for one served
+    dtype (sglx_core.gate.golden.Tolerance; docs/reference/gate.md derives each)."""
+
+    max_abs: StrictFloat = Field(
+        gt=0, description="Largest |served - reference| log-probability at any token of a prompt."
+    )
+    mean_abs: StrictFloat = Field(
+        gt=0, description="Largest mean |served - reference| over one prompt's tokens."
+    )
+    min_top1_agreement: StrictFloat = Field(
+        ge=0,
+        le=1,
+        description="Least fraction of one prompt's positions whose served argmax equals the "
+        "reference's.",
+    )
+    source: Text = Field(
+        description="How the numbers were derived: a measurement (bench/gate) or the reasoning."
+    )
+
+
+class GateNumerics(_Strict):
+    """The golden-numerics replay of the serving gate (docs/reference/gate.md)."""
+
+    tolerances: dict[ServedDtype, NumericsTolerance] = Field(
+        default_factory=dict,
+        description="Served weights dtype -> tolerance. The replay takes the dtype the server "
+        "runs (`--dtype`, or sglang's auto rule over the checkpoint's dtype: float32 serves as "
+        "float16); a dtype with no entry fails the gate.",
+    )
+
+
+class Gate(_Strict):
+    """What a host must serve before it joins the fleet, beyond /health."""
+
+    numerics: GateNumerics = Field(default_factory=GateNumerics)
+
+
 SglangOp = Literal["rms_norm", "silu_and_mul", "gelu_and_mul", "rotary_embedding"]
 
 
@@ -1047,6 +1088,11 @@ class Profile(_Strict):
         default_factory=Serving,
         description="Serving profiles chosen at start from the detected devices and the model "
         "(docs/reference/serving.md).",
+    )
+    gate: Gate = Field(
+        default_factory=Gate,
+        description="The serving gate's settings: tolerances of the golden-numerics replay "
+        "(docs/reference/gate.md).",
     )
 
     @model_validator(mode="after")

@@ -54,6 +54,23 @@ _DTYPE_NAMES = {
 }
 """The dtype spellings sglang accepts in a config (`_STR_DTYPE_TO_TORCH_DTYPE`), canonical."""
 
+
+def served_dtype(checkpoint_dtype: str, dtype_arg: str = "auto") -> str:
+    """The dtype sglang serves in: `--dtype` when set, else its auto rule over the checkpoint's
+    dtype (float32 downcast to float16, see SERVED_BYTES). Spellings are canonicalised."""
+    if dtype_arg == "auto":
+        checkpoint = _DTYPE_NAMES.get(checkpoint_dtype, checkpoint_dtype)
+        return "float16" if checkpoint == "float32" else checkpoint
+    name = _DTYPE_NAMES.get(dtype_arg)
+    if name is None:
+        raise SglxError(
+            f"--dtype {dtype_arg!r} is not a dtype sglx knows",
+            hint="serve with --dtype auto, bfloat16, float16 or float32",
+            code="usage",
+        )
+    return name
+
+
 _EIGHT_BIT_METHODS = frozenset({"fp8", "fbgemm_fp8", "w8a8_fp8", "w8a8_int8", "modelopt", "mxfp8"})
 """quant_method values whose linear weights take one byte each."""
 

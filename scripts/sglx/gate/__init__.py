@@ -1,0 +1,1 @@
+"""The serving gate: what a host must serve before it joins the fleet."""
