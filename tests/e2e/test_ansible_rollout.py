@@ -480,6 +480,14 @@ def test_acceptance_checks_pass(fleet: Fleet) -> None:
             if (c["host"], c["check"]) == (host, "serving_profile_selected")
         ]
         assert chosen == ["serving profile cpu-host"], report
+        # The serving gate's numbers per host: the served dtype and how far from the golden file.
+        (numbers,) = [
+            c["message"]
+            for c in report["data"]["checks"]
+            if (c["host"], c["check"]) == (host, "served_numerics")
+        ]
+        assert re.fullmatch(r"float16: top-1 1\.000, mean \|Δ\| \S+, max \|Δ\| \S+ over 6 "
+                            r"prompts", numbers), numbers  # fmt: skip
 
 
 @pytest.mark.breaks

@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers.model_configs import config, write_model
+from helpers.profiles import bake
 
 from sglx_core.errors import SglxError
 from sglx_core.gate.golden import (
@@ -24,8 +26,6 @@ from sglx_core.gate.golden import (
 )
 from sglx_platform.baked import PROFILE_ENV
 from sglx_platform.golden_replay import main, request_body, served_numbers
-from tests.helpers.model_configs import config, write_model
-from tests.helpers.profiles import bake
 
 TOLERANCE = ["--max-abs", "1e-3", "--mean-abs", "1e-4", "--min-top1", "0.9"]
 PROMPTS = (

@@ -13,7 +13,7 @@ import pytest
 from helpers.model_configs import MODELS, config, write_model
 
 from sglx_core.errors import SglxError
-from sglx_core.serving.model import MAX_CONFIG_BYTES, model_from_config, read_model
+from sglx_core.serving.model import MAX_CONFIG_BYTES, model_from_config, read_model, served_dtype
 
 GIB = 1 << 30
 
@@ -342,3 +342,25 @@ def test_an_index_naming_a_missing_file_says_which(tmp_path: Path) -> None:
     (folder / "model.safetensors.index.json").write_text(json.dumps(index))
     with pytest.raises(SglxError, match=r"model-00001-of-00001\.safetensors: cannot read"):
         read_model(folder)
+
+
+@pytest.mark.parametrize(
+    ("checkpoint", "dtype_arg", "served"),
+    [
+        ("float32", "auto", "float16"),  # sglang's auto downcasts a float32 checkpoint
+        ("bfloat16", "auto", "bfloat16"),
+        ("float16", "auto", "float16"),
+        ("bfloat16", "float32", "float32"),
+        ("float32", "half", "float16"),
+        ("float32", "bfloat16", "bfloat16"),
+    ],
+)
+def test_the_served_dtype_is_the_flag_or_sglangs_auto_rule(
+    checkpoint: str, dtype_arg: str, served: str
+) -> None:
+    assert served_dtype(checkpoint, dtype_arg) == served
+
+
+def test_an_unknown_dtype_flag_is_a_usage_error() -> None:
+    with pytest.raises(SglxError, match="--dtype 'fp8' is not a dtype sglx knows"):
+        served_dtype("bfloat16", "fp8")
