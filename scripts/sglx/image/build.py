@@ -351,14 +351,18 @@ def _write_golden(
         progress(f"using the golden file {given}")
         shutil.copyfile(given, dest)
         load_golden(dest)
-        return file_digest(dest)
-    progress(
-        f"computing the golden numerics of {model.name}: {len(prompts)} prompts, "
-        "transformers on CPU in float32"
-    )
-    from sglx.gate.golden_build import build_golden_file
+        digest = file_digest(dest)
+    else:
+        progress(
+            f"computing the golden numerics of {model.name}: {len(prompts)} prompts, "
+            "transformers on CPU in float32"
+        )
+        from sglx.gate.golden_build import build_golden_file
 
-    return build_golden_file(model.source, dest, prompts, weights_digest=model.digest)
+        digest = build_golden_file(model.source, dest, prompts, weights_digest=model.digest)
+    # COPY keeps the mode: the replay runs as the image's user, and the file is written 0600.
+    dest.chmod(0o644)
+    return digest
 
 
 def check_model(model: Path) -> None:
