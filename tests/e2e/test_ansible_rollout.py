@@ -548,39 +548,44 @@ def test_a_host_serving_other_numbers_fails_the_gate_and_is_rolled_back(fleet: F
     (sglang_service_model_dir) whose config.json has another rope_theta, a bad copy. Its
     server starts and answers /health and a completion (the health module passes before the
     replay runs), yet the gate's golden-numerics replay fails it, naming the host and the
-    prompt, and the rollout rolls it back. Rolled out with the replay off, the acceptance checks
-    fail served_numerics alone: image, bundle, flags and environment match host-a's, so every
-    configuration check passes a host that serves other numbers."""
+    prompt, and the rollout rolls it back. Rolled out with the replay off, acceptance fails
+    served_numerics, and group_runs_the_same through the model's config digest (the
+    fingerprint hashes config.json when the folder carries no sglx weights manifest); image,
+    bundle, flags, environment, health and completion all pass."""
     a, b = fleet.hosts
     v1, v1_id = fleet.state["v1"], fleet.state["v1_id"]
     model = wrong_rope_model(fleet.work, v1_id)
     rope = fleet.inventory("rope", "cpu", {"host-b": {"sglang_service_model_dir": str(model)}})
-    code, out = fleet.play(rope, "rollout.yml", "-e", f"sglx_bundle_path={v1}", *BOTH)
-    assert code != 0, out
-    assert "host-b: rolled_back" in out, out
-    drift = re.search(r"host-b: the served numbers fail the golden numerics \(host host-b: "
-                      r"prompt '([a-z-]+)': served numbers drift from the reference at "
-                      r"continuation tokens [0-9]", out)  # fmt: skip
-    assert drift, out
-    assert recap(out)["host-a"]["changed"] == 0
-    assert running_image(b) == v1_id and str(model) not in b.exec("systemctl cat sglx-server")
-    # The same folder, rolled out with the replay off on host-b: it serves, healthy.
-    ungated = {"host-b": {"sglang_service_model_dir": str(model),
-                          "sglang_service_gate_numerics": False}}  # fmt: skip
-    code, out = fleet.play(fleet.inventory("rope-ungated", "cpu", ungated), "rollout.yml",
-                           "-e", f"sglx_bundle_path={v1}", *BOTH)  # fmt: skip
+    try:
+        code, out = fleet.play(rope, "rollout.yml", "-e", f"sglx_bundle_path={v1}", *BOTH)
+        assert code != 0, out
+        assert "host-b: rolled_back" in out, out
+        drift = re.search(r"host-b: the served numbers fail the golden numerics \(host host-b: "
+                          r"prompt '([a-z-]+)': served numbers drift from the reference at "
+                          r"continuation tokens [0-9]", out)  # fmt: skip
+        assert drift, out
+        assert recap(out)["host-a"]["changed"] == 0
+        assert running_image(b) == v1_id and str(model) not in b.exec("systemctl cat sglx-server")
+        # The same folder, rolled out with the replay off on host-b: it serves, healthy.
+        ungated = {"host-b": {"sglang_service_model_dir": str(model),
+                              "sglang_service_gate_numerics": False}}  # fmt: skip
+        code, out = fleet.play(fleet.inventory("rope-ungated", "cpu", ungated), "rollout.yml",
+                               "-e", f"sglx_bundle_path={v1}", *BOTH)  # fmt: skip
+        assert code == 0, out
+        code, report = fleet.check("break-numerics", rope, "acceptance")
+        assert code == 1
+        expected = {("host-b", "served_numerics"), ("host-b", "group_runs_the_same")}
+        assert failures(report) == expected, report
+        said = message(report, "host-b", "served_numerics")
+        assert f"host host-b: prompt '{drift.group(1)}': served numbers drift" in said, said
+        assert "in weights: 'config:" in message(report, "host-b", "group_runs_the_same")
+        seen = outcomes(report, "host-b")
+        configuration = set(SERVING_CHECKS) - {"served_numerics", "group_runs_the_same"}
+        assert all(seen[c] == "passed" for c in configuration), report
+    finally:  # host-b back on the image's own model, for the tests after this one
+        code, out = fleet.play(fleet.inventories["roll"], "rollout.yml",
+                               "-e", f"sglx_bundle_path={v1}", *BOTH)  # fmt: skip
     assert code == 0, out
-    code, report = fleet.check("break-numerics", rope, "acceptance")
-    assert code == 1
-    assert failures(report) == {("host-b", "served_numerics")}, report
-    said = message(report, "host-b", "served_numerics")
-    assert f"host host-b: prompt '{drift.group(1)}': served numbers drift" in said, said
-    seen = outcomes(report, "host-b")
-    assert all(seen[c] == "passed" for c in SERVING_CHECKS if c != "served_numerics"), report
-    code, out = fleet.play(fleet.inventories["roll"], "rollout.yml",
-                           "-e", f"sglx_bundle_path={v1}", *BOTH)  # fmt: skip
-    assert code == 0, out
-    assert "host-b: updated" in out, out
     assert served(fleet, a) and served(fleet, b)
 
 
