@@ -290,8 +290,12 @@ def test_served_numerics(host: Any, facts: HostFacts, record_property: Any) -> N
         pytest.skip(f"{facts.name} is not rank 0 of its serving group: rank 0 replays")
     if not facts.flag("sglang_service_gate_numerics"):
         pytest.skip("sglang_service_gate_numerics is false for this host: the replay is off")
-    running_container(host, facts)
-    url = f"http://127.0.0.1:{facts['sglang_service_port']}"
+    inspect = running_container(host, facts)
+    # The container's own port on the bridge network; on the host network (a serving group)
+    # the server listens on the host port.
+    on_host = inspect["HostConfig"]["NetworkMode"] == "host"
+    port = facts["sglang_service_host_port" if on_host else "sglang_service_port"]
+    url = f"http://127.0.0.1:{port}"
     done = docker(host, "exec", facts.container, "python", "-m", "sglx_platform.golden_replay",
                   "--url", url, "--host", facts.name, "--json")  # fmt: skip
     try:
