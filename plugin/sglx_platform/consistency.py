@@ -25,7 +25,9 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+from sglx_core.errors import SglxError
 from sglx_core.profile import Profile
+from sglx_core.weights_manifest import manifest_digest
 from sglx_platform.failures import FailureClass, PlatformError
 
 logger = logging.getLogger(__name__)
@@ -33,7 +35,6 @@ logger = logging.getLogger(__name__)
 PACKAGES = ("sglang", "torch", "sglx", "sglx-platform", "sglx-kernels")
 # Server arguments whose values are secrets: compared by digest, never shown or written.
 SECRET_WORDS = ("password", "api_key", "token", "secret")
-WEIGHTS_MANIFEST = "sglx-weights.json"
 
 
 def _shown(name: str, value: Any) -> str:
@@ -44,12 +45,13 @@ def _shown(name: str, value: Any) -> str:
 
 
 def weights_digest(model_path: str) -> str:
-    """The converted model's digest from its sglx manifest; else a digest of its config."""
+    """The converted model's weights digest (its sglx manifest's, as image labels and bundles
+    name it); a folder without a readable manifest (a site's own model) is named by a digest
+    of its config.json."""
     folder = Path(model_path)
     try:
-        manifest = json.loads((folder / WEIGHTS_MANIFEST).read_text(encoding="utf-8"))
-        return str(manifest["digest"])
-    except (OSError, ValueError, KeyError, TypeError):
+        return manifest_digest(folder)
+    except SglxError:
         pass
     try:
         return "config:" + hashlib.sha256((folder / "config.json").read_bytes()).hexdigest()[:16]

@@ -2,7 +2,7 @@
 they are kept outside.
 
 Each host keeps one folder per converted model, `<root>/<64 hex of the weights manifest
-digest>` (sglx.weights.manifest.manifest_digest), shared by every image version that serves
+digest>` (sglx_core.weights_manifest.manifest_digest), shared by every image version that serves
 those weights and mounted read-only at the image's model folder. The root is the profile's
 `weights.store`; a site moves it with SGLX_MODELS_ROOT (install.sh, `sglx bundle install`,
 `sglx image build`, `--models-root`) or the roles' variables. Weights whose converted size is

@@ -11,7 +11,7 @@ from pathlib import Path
 def converted_weights(folder: Path, shards: int = 2, size: int = 64 << 10) -> str:
     """A folder `sglx weights convert` could have written (random shards, the manifest listing
     them); returns its weights digest."""
-    from sglx.weights.manifest import (
+    from sglx_core.weights_manifest import (
         ConverterRecord,
         FileRecord,
         Manifest,

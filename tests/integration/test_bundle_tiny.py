@@ -411,7 +411,7 @@ def test_too_little_space_is_named_before_anything_is_written(
 def test_weights_outside_are_placed_once_and_atomically(
     sglx_json: JsonRunner, with_weights: Path, tmp_path: Path, demo_weights: Path
 ) -> None:
-    from sglx.weights.manifest import manifest_digest
+    from sglx_core.weights_manifest import manifest_digest
 
     state, target = str(tmp_path / "state"), tmp_path / "weights"
     args = ("bundle", "install", str(with_weights), "--state", state, "--weights-dir", str(target))

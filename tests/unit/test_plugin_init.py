@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from helpers.profiles import bake
+from helpers.weights_store import converted_weights
 
 from sglx_platform.consistency import differences, fingerprint
 from sglx_platform.device_init import LOCK_NAME, host_lock, init_device, lock_path
@@ -156,15 +157,16 @@ def test_fingerprint_compares_server_args_and_weights_not_per_node_values(
 ) -> None:
     from sglx_core.profile import load_profile
 
-    (tmp_path / "sglx-weights.json").write_text('{"digest": "sha256:abc"}')
+    model = tmp_path / "model"
+    digest = converted_weights(model, shards=1, size=64)  # a real manifest: its weights digest
     monkeypatch.setenv("SGLANG_USE_AITER", "1")
     monkeypatch.setenv("SGLANG_RUN_ID", "launch-1")
     monkeypatch.setenv("SGLANG_CPU_OMP_THREADS_BIND", "0")
     profile = load_profile("cpu")
-    node0 = fingerprint(profile, _Args(tmp_path, rank=0, port=30000))
+    node0 = fingerprint(profile, _Args(model, rank=0, port=30000))
     assert {"profile", "version:sglang", "version:torch", "env:SGLANG_USE_AITER"} <= set(node0)
     assert node0["arg:max_running_requests"] == "8"
-    assert node0["weights"] == "sha256:abc"
+    assert node0["weights"] == digest
     # Per launch and per node by the profile's ranks lists: left out.
     assert not {"env:SGLANG_RUN_ID", "env:SGLANG_CPU_OMP_THREADS_BIND"} & set(node0)
     assert not {"arg:node_rank", "arg:port"} & set(node0)
@@ -172,8 +174,8 @@ def test_fingerprint_compares_server_args_and_weights_not_per_node_values(
     assert node0["arg:api_key"].startswith("sha256:") and "s3cret" not in node0["arg:api_key"]
     monkeypatch.setenv("SGLANG_RUN_ID", "launch-2")
     monkeypatch.setenv("SGLANG_CPU_OMP_THREADS_BIND", "1")
-    assert fingerprint(profile, _Args(tmp_path, rank=1, port=30001)) == node0
-    other = fingerprint(profile, _Args(tmp_path, rank=1, mrr=16))
+    assert fingerprint(profile, _Args(model, rank=1, port=30001)) == node0
+    other = fingerprint(profile, _Args(model, rank=1, mrr=16))
     assert differences([node0, other], ["rank 0", "rank 1"]) == [
         "arg:max_running_requests differs (rank 0: 8; rank 1: 16)"
     ]

@@ -16,10 +16,10 @@ from sglx.weights import manifest_digest
 from sglx.weights.check import check_weights
 from sglx.weights.convert import convert_weights, retarget_config
 from sglx.weights.dtypes import PROFILE_TO_CODE
-from sglx.weights.manifest import read_manifest, source_digest
 from sglx.weights.verify import verify_weights
 from sglx_core.errors import SglxError
 from sglx_core.profile import known_arches, load_profile
+from sglx_core.weights_manifest import read_manifest, source_digest
 
 DTYPES = ("float32", "bfloat16", "float16")
 

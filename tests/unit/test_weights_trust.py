@@ -23,7 +23,7 @@ import torch
 from helpers.bundles import hand_bundle
 from weights_helpers import listing, save_tensors, scratch
 
-from sglx.weights.manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES
+from sglx_core.weights_manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES
 
 Cli = Callable[..., tuple[int, str, str]]
 CliJson = Callable[..., tuple[int, dict[str, Any]]]

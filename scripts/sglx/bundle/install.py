@@ -423,7 +423,7 @@ def _weights_target(manifest: BundleManifest, options: InstallOptions) -> Path |
 
 
 def _weights_placed(target: Path, manifest: BundleManifest) -> bool:
-    from sglx.weights.manifest import MANIFEST_NAME, manifest_digest
+    from sglx_core.weights_manifest import MANIFEST_NAME, manifest_digest
 
     if manifest.weights is None or not (target / MANIFEST_NAME).is_file():
         return False

@@ -24,6 +24,7 @@ from sglx.bundle.layers import chain_ids
 from sglx_core.errors import SglxError
 from sglx_core.profile.loader import NAME_PATTERN
 from sglx_core.untrusted import parse_json
+from sglx_core.weights_manifest import MANIFEST_NAME as WEIGHTS_MANIFEST
 
 FORMAT: Literal["sglx-bundle"] = "sglx-bundle"
 FORMAT_VERSION: Literal[1] = 1
@@ -36,8 +37,7 @@ PART = r"[A-Za-z0-9_+@=-][A-Za-z0-9._+@=-]*"
 RelPath = Annotated[
     str, StringConstraints(pattern=rf"^{PART}(/{PART})*$", max_length=layout.MAX_PATH_CHARS)
 ]
-# The weights manifest's name (sglx.weights.manifest.MANIFEST_NAME): every store entry has one.
-WEIGHTS_MANIFEST = "sglx-weights.json"
+# The weights manifest's name (sglx_core.weights_manifest.MANIFEST_NAME): every store entry has one.
 # The weights' folder name (`weights/NAME`, and the folder made under --weights-dir): one plain
 # path component.
 WEIGHTS_NAME = re.compile(r"[A-Za-z0-9_+-][A-Za-z0-9._+-]{0,127}")

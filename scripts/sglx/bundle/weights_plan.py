@@ -98,7 +98,7 @@ def plan_weights(
         name = name if WEIGHTS_NAME.fullmatch(name) else "model"
     if folder is None:
         return None
-    from sglx.weights.manifest import manifest_digest
+    from sglx_core.weights_manifest import manifest_digest
 
     digest = manifest_digest(folder)
     if not outside and labelled == digest:

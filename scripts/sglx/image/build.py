@@ -322,7 +322,7 @@ def _prepare_model(
     profile: Profile, model: Path | None, scratch: Path, progress: Progress
 ) -> Model:
     from sglx.weights.convert import convert_weights
-    from sglx.weights.manifest import MANIFEST_NAME, manifest_digest, read_manifest
+    from sglx_core.weights_manifest import MANIFEST_NAME, manifest_digest, read_manifest
 
     demo = model is None
     if model is None:

@@ -28,9 +28,9 @@ from typing import Any
 from sglx.engine import docker_client, read_image_file
 from sglx.image.render import MODEL_DIR
 from sglx.progress import Progress
-from sglx.weights.manifest import MANIFEST_NAME
 from sglx_core.profile.loader import profile_path
 from sglx_core.report import Finding, Result, Table
+from sglx_core.weights_manifest import MANIFEST_NAME
 from sglx_core.weights_store import OUTSIDE_LABEL
 
 STAGE_LABEL = "io.sglx.stage"

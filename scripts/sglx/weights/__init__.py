@@ -9,7 +9,7 @@ is the weights digest images label and bundles reference. Format: docs/reference
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from sglx.weights.manifest import MANIFEST_NAME, manifest_digest
+    from sglx_core.weights_manifest import MANIFEST_NAME, manifest_digest
 
 __all__ = ["MANIFEST_NAME", "manifest_digest"]
 
@@ -18,7 +18,7 @@ def __getattr__(name: str) -> Any:
     """Import the manifest (and pydantic with it) on first use: `sglx.cli` imports
     `sglx.weights.cli` for every command, and building the parser should not pay for pydantic."""
     if name in __all__:
-        from sglx.weights import manifest
+        from sglx_core import weights_manifest
 
-        return getattr(manifest, name)
+        return getattr(weights_manifest, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

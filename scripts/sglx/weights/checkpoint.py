@@ -27,10 +27,10 @@ from pathlib import Path
 from typing import Any, BinaryIO, Literal
 
 from sglx.weights.bounded_json import MAX_CONFIG_BYTES, MAX_INDEX_BYTES, read_json_file
-from sglx.weights.manifest import MANIFEST_NAME
 from sglx.weights.safetensors_io import SafetensorsFile, TensorEntry, read_header
 from sglx_core.errors import SglxError
 from sglx_core.untrusted import file_kind, open_regular
+from sglx_core.weights_manifest import MANIFEST_NAME
 
 WEIGHTS_SUFFIX = ".safetensors"
 INDEX_SUFFIX = ".safetensors.index.json"

@@ -37,7 +37,14 @@ from packaging.version import InvalidVersion, Version
 from sglx import __version__
 from sglx.weights.checkpoint import CONFIG_NAME, Checkpoint, read_checkpoint
 from sglx.weights.dtypes import CODE_TO_PROFILE
-from sglx.weights.manifest import (
+from sglx.weights.plan import OutputPlan, ShardPlan, plan_output
+from sglx.weights.policy import dtype_policy
+from sglx.weights.writer import write_shard
+from sglx_core.errors import SglxError
+from sglx_core.profile.schema import Profile
+from sglx_core.report import Result, Table
+from sglx_core.util import CHUNK, sha256_file
+from sglx_core.weights_manifest import (
     ConverterRecord,
     FileRecord,
     Manifest,
@@ -47,13 +54,6 @@ from sglx.weights.manifest import (
     source_digest,
     write_manifest,
 )
-from sglx.weights.plan import OutputPlan, ShardPlan, plan_output
-from sglx.weights.policy import dtype_policy
-from sglx.weights.writer import write_shard
-from sglx_core.errors import SglxError
-from sglx_core.profile.schema import Profile
-from sglx_core.report import Result, Table
-from sglx_core.util import CHUNK, sha256_file
 
 ProgressFn = Callable[[str], None]
 STAGING_MARK = ".sglx-partial-"

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sglx.progress import Progress
-from sglx.weights.manifest import MANIFEST_NAME, manifest_digest, read_manifest
 from sglx_core.errors import SglxError
+from sglx_core.weights_manifest import MANIFEST_NAME, manifest_digest, read_manifest
 from sglx_core.weights_store import ROOT_ENV, entry_name
 
 BLOCK = 4 << 20

@@ -17,17 +17,17 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import cast
 
-from sglx.weights.manifest import (
+from sglx.weights.safetensors_io import read_header
+from sglx_core.errors import SglxError
+from sglx_core.report import Finding, Result, Table
+from sglx_core.untrusted import open_regular
+from sglx_core.weights_manifest import (
     MANIFEST_NAME,
     FileRecord,
     Manifest,
     manifest_digest,
     read_manifest,
 )
-from sglx.weights.safetensors_io import read_header
-from sglx_core.errors import SglxError
-from sglx_core.report import Finding, Result, Table
-from sglx_core.untrusted import open_regular
 
 ProgressFn = Callable[[str], None]
 PROGRESS_MIN_BYTES = 64 << 20  # one progress line per file at least this large

@@ -25,10 +25,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
-from sglx.weights.manifest import FileRecord
 from sglx.weights.plan import ShardPlan
 from sglx.weights.transform import Output, blocks, convert_block
 from sglx_core.errors import SglxError
+from sglx_core.weights_manifest import FileRecord
 
 T = TypeVar("T")
 R = TypeVar("R")
