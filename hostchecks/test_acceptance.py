@@ -33,6 +33,15 @@ from probes import (
     server_process,
 )
 
+from sglx_core.errors import SglxError
+from sglx_core.gate.speed import DEFAULT_FRACTION, judge
+from sglx_core.gate.speed_record import (
+    SpeedRecord,
+    fleet_key,
+    floors_of,
+    parse_record,
+    settings_of,
+)
 from sglx_core.jit_cache import host_folder
 
 pytestmark = pytest.mark.acceptance
@@ -320,6 +329,104 @@ def test_served_numerics(host: Any, facts: HostFacts, record_property: Any) -> N
     )
 
 
+def test_served_speed(host: Any, facts: HostFacts, request: pytest.FixtureRequest,
+                      record_property: Any) -> None:  # fmt: skip
+    """The serving gate's speed (docs/reference/gate.md): the benchmark this host passed in its
+    last gate (its record, sglang_service_gate_speed_record), judged again beside the records
+    of every checked host of its fleet (one image, one set of server arguments): a host below
+    the fraction of the fleet's median output tok/s, or below a floor, is named. The detail
+    holds its numbers. A serving group is measured through rank 0."""
+    if facts.node_rank != 0:
+        pytest.skip(f"{facts.name} is not rank 0 of its serving group: rank 0 is measured")
+    if not facts.flag("sglang_service_gate_speed"):
+        pytest.skip("sglang_service_gate_speed is false for this host: the benchmark is off")
+    inspect = running_container(host, facts)
+    records = _speed_records(
+        tuple(_same_arch_hosts(request.config, facts)),
+        request.config.getoption("ansible_inventory"),
+        str(facts["sglang_service_gate_speed_record"]),
+    )
+    mine = records.get(facts.name)
+    if mine is None:
+        problem(
+            f"{facts['sglang_service_gate_speed_record']} is missing: no speed gate passed here",
+            f"roll out with sglang_service_gate_speed true: {ROLLOUT}",
+        )
+    if isinstance(mine, SglxError):
+        problem(mine.message, mine.hint or ROLLOUT)
+    running = fleet_key(inspect["Image"], inspect["Args"] or [])
+    if mine.fleet != running:
+        problem(
+            f"the last speed record ({mine.measured_at}) measured fleet {mine.fleet}, not the "
+            f"server that runs here ({running}: another image or other server arguments): the "
+            "gate did not measure what this host serves",
+            ROLLOUT,
+        )
+    settings = settings_of(facts.profile)
+    try:
+        floors = floors_of(facts.profile, facts["sglang_service_gate_speed_floors"] or {})
+        fleet = {
+            name: record.result(settings)
+            for name, record in records.items()
+            if isinstance(record, SpeedRecord) and record.fleet == mine.fleet
+        }
+    except SglxError as error:
+        problem(error.message, error.hint or ROLLOUT)
+    fraction = str(facts["sglang_service_gate_speed_fraction"] or "")
+    report = judge(
+        fleet,
+        fraction=float(fraction) if fraction else DEFAULT_FRACTION,
+        fleet=dict.fromkeys(fleet, mine.fleet),
+        floors=floors,
+    )
+    (verdict,) = (v for v in report.verdicts if v.host == facts.name)
+    failed = [check for check in verdict.checks if check.outcome == "failed"]
+    if failed:
+        problem("; ".join(c.message for c in failed), failed[0].hint or ROLLOUT)
+    r, ratio = verdict.result, verdict.ratio
+    record_property(
+        DETAIL_PROPERTY,
+        f"{r.output_tok_s:.1f} output tok/s"
+        + (
+            ""
+            if ratio is None
+            else f" ({ratio:.2f} of the fleet median {verdict.median_output_tok_s:.1f})"
+        )
+        + f", TTFT p50/p99 {r.ttft_ms_p50:.0f}/{r.ttft_ms_p99:.0f} ms, TPOT mean/p99 "
+        f"{r.tpot_ms_mean:.1f}/{r.tpot_ms_p99:.1f} ms, {r.completed}/{r.num_prompts} completed, "
+        f"measured {mine.measured_at}",
+    )
+
+
+def _same_arch_hosts(config: pytest.Config, facts: HostFacts) -> list[str]:
+    """The checked hosts of `facts`'s arch, in inventory order."""
+    arch = config.getoption("--sglx-arch")
+    return [
+        name
+        for name in _checked_hosts(config)
+        if (arch or _runner(config).get_variables(name).get("sglx_arch")) == facts.arch
+    ]
+
+
+@cache
+def _speed_records(
+    names: tuple[str, ...], inventory: str | None, default_path: str
+) -> dict[str, SpeedRecord | SglxError]:
+    """Each host's speed record (a malformed one as its error; none when it has none)."""
+    records: dict[str, SpeedRecord | SglxError] = {}
+    for name in names:
+        other = testinfra.get_host(f"ansible://{name}", ansible_inventory=inventory, sudo=True)
+        path = other.ansible.get_variables().get("sglang_service_gate_speed_record") or default_path
+        file = other.file(path)
+        if not file.exists:
+            continue
+        try:
+            records[name] = parse_record(name, file.content_string)
+        except SglxError as error:
+            records[name] = error
+    return records
+
+
 def test_serving_group_forms(host: Any, facts: HostFacts) -> None:
     """The nodes of a serving group agreed on their configuration when they last started: the
     server's log (its unit's journal) has no refusal of the rank check after its last
@@ -388,11 +495,7 @@ def test_group_runs_the_same(host: Any, facts: HostFacts, request: pytest.Fixtur
     running_container(host, facts)
     config = request.config
     arch = config.getoption("--sglx-arch")
-    group = [
-        name
-        for name in _checked_hosts(config)
-        if (arch or _runner(config).get_variables(name).get("sglx_arch")) == facts.arch
-    ]
+    group = _same_arch_hosts(config, facts)
     if len(group) < 2:
         pytest.skip(f"{facts.name} is the only checked host of its group")
     prints = _group_fingerprints(tuple(group), config.getoption("ansible_inventory"), arch)

@@ -13,8 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import vendor
 from facts import HostFacts, host_versions
 from probes import bundle_manifest, container_inspect, docker, image_arch, problem, read_json
+
+from sglx.gate.vendor import amd_smi, rccl_tests, rvs, xpu_smi
+from sglx.gate.vendor.result import ToolResult
 
 pytestmark = pytest.mark.preflight
 
@@ -405,3 +409,161 @@ def test_image_preflight(
             f"sglx-preflight in {image[:19]} fails: {'; '.join(failed) or report.get('errors')}",
             "fix what it names (docs/reference/preflight.md)",
         )
+
+
+# The vendor's own tools (the profile's gate.vendor; hostchecks/vendor.py): each check runs only
+# where the profile names its tool and the host has it. A tool that is absent is skipped as not
+# run, never passed. Built and tested on fixtures (tests/data/vendor), not run on hardware.
+
+
+def test_vendor_amd_smi_idle(host: Any, facts: HostFacts, record_property: Any) -> None:
+    """Every GPU idle before a rollout: 0 % GFX activity, temperatures under the limit."""
+    settings = vendor.settings(facts, "amd-smi")
+    path = vendor.locate(host, facts, "amd-smi")
+    vendor.devices_free(host, facts, "the idle check")
+    out = vendor.run(
+        host, path, ["metric", "-u", "-t", "--json"], settings.timeout_s, merge_stderr=False
+    )
+    readings = vendor.parse(
+        out, lambda data: amd_smi.parse_metric_json(data, require=("usage", "temperature"))
+    )
+    result = amd_smi.check_idle(
+        readings,
+        max_temp_c=vendor.temperature_limit(settings),
+        max_gfx_activity=settings.idle.max_utilization_pct,
+    )
+    vendor.judge(
+        [result],
+        [out],
+        record_property,
+        "stop what runs on the GPUs (`amd-smi process`), check the host's cooling and "
+        "let the GPUs cool, then check again",
+    )
+
+
+def test_vendor_amd_smi_ecc(host: Any, facts: HostFacts, record_property: Any) -> None:
+    """No uncorrectable ECC error on any GPU (correctable ones are reported)."""
+    settings = vendor.settings(facts, "amd-smi")
+    path = vendor.locate(host, facts, "amd-smi")
+    out = vendor.run(host, path, ["metric", "-e", "--json"], settings.timeout_s, merge_stderr=False)
+    readings = vendor.parse(out, lambda data: amd_smi.parse_metric_json(data, require=("ecc",)))
+    vendor.judge(
+        [amd_smi.check_ecc(readings)],
+        [out],
+        record_property,
+        "take the host out of service and have the GPU checked (`amd-smi bad-pages`, "
+        "the vendor's RMA process); an N/A count needs a driver with RAS enabled",
+    )
+
+
+def test_vendor_amd_smi_partitions(host: Any, facts: HostFacts, record_property: Any) -> None:
+    """Every GPU in the profile's compute and memory partition modes (SPX/NPS1 for TP8)."""
+    settings = vendor.settings(facts, "amd-smi")
+    want = settings.partitions
+    if want.compute is None or want.memory is None:
+        pytest.skip(f"the {facts.arch} profile expects no partition mode (gate.vendor.partitions)")
+    path = vendor.locate(host, facts, "amd-smi")
+    out = vendor.run(
+        host, path, ["static", "--partition", "--json"], settings.timeout_s, merge_stderr=False
+    )
+    parts = vendor.parse(out, amd_smi.parse_partition_json)
+    result = amd_smi.check_partitions(parts, compute=want.compute, memory=want.memory)
+    vendor.judge(
+        [result],
+        [out],
+        record_property,
+        f"set the modes with `amd-smi set -C {want.compute}` and `amd-smi set -M "
+        f"{want.memory}` (sudo; a memory mode change reloads amdgpu), with no process "
+        "on the GPUs",
+    )
+
+
+def test_vendor_rvs(host: Any, facts: HostFacts, record_property: Any) -> None:
+    """The profile's ROCm Validation Suite runs pass by AMD's acceptance criteria."""
+    settings = vendor.settings(facts, "rvs")
+    path = vendor.locate(host, facts, "rvs")
+    vendor.devices_free(host, facts, "the RVS stress run")
+    results: list[ToolResult] = []
+    outputs: list[vendor.Output] = []
+    confs = [(test.module, f"{settings.rvs.conf_dir}/{test.conf}") for test in settings.rvs.tests]
+    missing = [conf for _, conf in confs if not host.file(conf).exists]
+    if missing:  # named before any stress run starts
+        problem(
+            f"rvs is installed without the conf files {', '.join(missing)}",
+            "install the rocm-validation-suite package of the host's ROCm release, or "
+            "set gate.vendor.rvs.conf_dir to where its conf files are",
+        )
+    for module, conf in confs:
+        out = vendor.run(host, path, ["-c", conf], settings.rvs.timeout_s, merge_stderr=True)
+        report = vendor.parse(out, rvs.parse_rvs)
+        results.append(rvs.check_rvs(report, modules=(module,)))
+        outputs.append(out)
+    vendor.judge(
+        results,
+        outputs,
+        record_property,
+        "run the failing conf by hand (`rvs -c CONF -d 3`) and follow AMD's system "
+        "acceptance guide for the module; a GPU that fails again goes to the vendor",
+    )
+
+
+def test_vendor_rccl_all_reduce(host: Any, facts: HostFacts, record_property: Any) -> None:
+    """rccl-tests' all_reduce_perf over the host's GPUs reaches AMD's bus bandwidth floor and
+    returns no wrong element."""
+    settings = vendor.settings(facts, "rccl-tests")
+    path = vendor.locate(host, facts, "rccl-tests")
+    vendor.devices_free(host, facts, "the all_reduce_perf run")
+    rccl = settings.rccl_tests
+    out = vendor.run(host, path, list(rccl.args), rccl.timeout_s, merge_stderr=False)
+    report = vendor.parse(out, rccl_tests.parse_all_reduce)
+    result = rccl_tests.check_all_reduce(
+        report, min_busbw_gbps=rccl.min_busbw_gbps or 0.0, min_size_bytes=rccl.min_size_bytes
+    )
+    vendor.judge(
+        [result],
+        [out],
+        record_property,
+        "check the xGMI links and PCIe settings (ACS off, IOMMU passthrough: AMD's "
+        "RCCL benchmarking guide), then run all_reduce_perf by hand",
+    )
+
+
+def _xpu_smi_query(host: Any, facts: HostFacts, idle: bool) -> tuple[vendor.Output, list[Any]]:
+    """`xpu-smi -q` read into per-card readings (idle: only while no server holds the cards)."""
+    settings = vendor.settings(facts, "xpu-smi")
+    path = vendor.locate(host, facts, "xpu-smi")
+    if idle:
+        vendor.devices_free(host, facts, "the idle check")
+    out = vendor.run(host, path, ["-q"], settings.timeout_s, merge_stderr=False)
+    return out, vendor.parse(out, xpu_smi.parse_query)
+
+
+def test_vendor_xpu_smi_idle(host: Any, facts: HostFacts, record_property: Any) -> None:
+    """Every XPU idle before a rollout: 0 % utilization (temperature where the profile sets a
+    limit)."""
+    out, readings = _xpu_smi_query(host, facts, idle=True)
+    settings = facts.profile.gate.vendor
+    result = xpu_smi.check_idle(
+        readings,
+        max_temp_c=vendor.temperature_limit(settings),
+        max_utilization=settings.idle.max_utilization_pct,
+    )
+    vendor.judge(
+        [result],
+        [out],
+        record_property,
+        "stop what runs on the cards (`xpu-smi` lists their processes), check the host's "
+        "cooling, then check again",
+    )
+
+
+def test_vendor_xpu_smi_ecc(host: Any, facts: HostFacts, record_property: Any) -> None:
+    """No uncorrectable ECC error on any XPU, and ECC enabled where xpu-smi shows the mode."""
+    out, readings = _xpu_smi_query(host, facts, idle=False)
+    vendor.judge(
+        [xpu_smi.check_ecc(readings)],
+        [out],
+        record_property,
+        "take the host out of service and have the card checked by the vendor; enable "
+        "ECC where it is off",
+    )

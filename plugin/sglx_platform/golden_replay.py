@@ -227,13 +227,23 @@ def _request(endpoint: str, timeout: float, data: bytes | None = None) -> Any:
         ) from None
 
 
+def server_info(url: str, timeout: float = DEFAULT_TIMEOUT_S) -> dict[str, Any]:
+    """GET /server_info of the server at `url`: its arguments (model_path, dtype, ...)."""
+    info = _request(_base(url) + "/server_info", timeout)
+    if not isinstance(info, dict):
+        raise _protocol(
+            f"GET {_base(url)}/server_info answered {type(info).__name__}, not an object"
+        )
+    return info
+
+
 def served_dtype_of(url: str, timeout: float = DEFAULT_TIMEOUT_S) -> str:
     """The dtype the server at `url` serves in: its `--dtype` (GET /server_info), or for
     `auto` sglang's rule over the dtype of the checkpoint it loaded (read from `model_path`,
     which this process sees: the replay runs in the server's container)."""
-    info = _request(_base(url) + "/server_info", timeout)
-    dtype = info.get("dtype") if isinstance(info, dict) else None
-    model_path = info.get("model_path") if isinstance(info, dict) else None
+    info = server_info(url, timeout)
+    dtype = info.get("dtype")
+    model_path = info.get("model_path")
     if not isinstance(dtype, str) or not isinstance(model_path, str):
         raise _protocol(f"GET {_base(url)}/server_info names no dtype and model_path")
     checkpoint = read_model(Path(model_path)).dtype if dtype == "auto" else dtype

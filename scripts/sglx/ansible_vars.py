@@ -83,6 +83,22 @@ def _floor(floor: Any) -> dict[str, str]:
     return rendered
 
 
+def collective_vars(profile: Profile) -> dict[str, Any]:
+    """The collective smoke's settings (gate.collective) with the backend and device type it
+    runs on, the arguments the role passes to `python -m sglx_platform.collective_smoke`."""
+    smoke = profile.gate.collective
+    return {
+        "enabled": smoke.enabled,
+        "backend": profile.platform.distributed_backend,
+        "device_type": profile.platform.device_type,
+        "size_bytes": smoke.size_bytes,
+        "iters": smoke.iters,
+        "warmup": smoke.warmup,
+        "timeout_s": smoke.timeout_s,
+        "floor_gbps": dict(sorted(smoke.floor_gbps.items())),
+    }
+
+
 def render_vars(profile: Profile) -> dict[str, Any]:
     """Role variables for one arch; every key is a public variable of one role."""
     host, spec = profile.host, run_spec(profile)
@@ -113,6 +129,7 @@ def render_vars(profile: Profile) -> dict[str, Any]:
         **spec_vars(spec),
         "sglang_service_lock_dir": lock_dir_vars(profile),
         "sglang_service_env_forbidden": sorted(profile.env_forbidden),
+        "sglang_service_collective": collective_vars(profile),
     }
 
 

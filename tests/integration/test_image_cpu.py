@@ -184,6 +184,37 @@ def test_the_image_carries_its_golden_numerics_and_serves_them(
     assert len(report["data"]["prompts"]) == len(BUILTIN_PROMPTS)
 
 
+def test_the_image_benchmarks_its_server_with_sglangs_bench_serving(
+    served: tuple[str, Path, Any],
+) -> None:
+    """The speed gate in the image (issue 25): sglang's own bench_serving, which imports
+    `datasets` (in the image's lock for it), runs against the server at the cpu profile's
+    gate.speed settings and every request completes; judged again from its record, with no
+    second run, once the server's start time is given."""
+    _, _, container = served
+    port = load_profile("cpu").container.port
+    gate = ["python", "-m", "sglx_platform.speed_gate", "--url", f"http://127.0.0.1:{port}",
+            "--host", "image-test", "--fleet", "test", "--json"]  # fmt: skip
+    code, out = container.exec_run(gate, stderr=False)  # stderr: bench_serving's progress
+    report = json.loads(out)
+    assert code == 0, report
+    (host,) = report["data"]["report"]["hosts"]
+    speed = load_profile("cpu").gate.speed
+    assert host["numbers"]["completed"] == speed.num_prompts, host
+    assert host["numbers"]["output_tok_s"] > 0, host
+    assert report["data"]["measured"] is True
+    record = json.dumps(report["data"]["record"])
+    # The peers' records on stdin (the gate's own, here): sh hands $0 to the gate's stdin.
+    feed = ["sh", "-c", 'printf %s "$0" | "$@"', json.dumps({"image-test": record})]
+    container.reload()
+    started = ["--started-at", container.attrs["State"]["StartedAt"]]
+    code, out = container.exec_run([*feed, *gate, "--peers", "-", *started], stderr=False)
+    again = json.loads(out)
+    assert code == 0, again
+    assert again["data"]["measured"] is False
+    assert again["data"]["record"] == report["data"]["record"]
+
+
 def test_the_server_started_without_serving_flags_chose_the_cpu_profile(
     served: tuple[str, Path, Any],
 ) -> None:

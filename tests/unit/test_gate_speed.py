@@ -1,5 +1,5 @@
 """The serving gate's speed part: bench_serving's command line and result file
-(sglx_core.gate.bench), and the fleet's verdicts (sglx.gate.speed).
+(sglx_core.gate.bench), and the fleet's verdicts (sglx_core.gate.speed).
 
 The result sample, tests/data/gate/bench_serving-0.5.23.jsonl, is one line as sglang 0.5.23's
 bench_serving writes it: the keys of `result` in `benchmark()` (sglang/benchmark/serving.py,
@@ -18,15 +18,6 @@ from pathlib import Path
 
 import pytest
 
-from sglx.gate.speed import (
-    DEFAULT_FRACTION,
-    Floors,
-    fleet_outliers,
-    judge,
-    junit_name,
-    write_junit,
-    write_report,
-)
 from sglx.hosts.junit import read_report
 from sglx_core.errors import SglxError
 from sglx_core.gate.bench import (
@@ -37,6 +28,15 @@ from sglx_core.gate.bench import (
     bench_serving_argv,
     parse_result,
     read_result,
+)
+from sglx_core.gate.speed import (
+    DEFAULT_FRACTION,
+    Floors,
+    fleet_outliers,
+    judge,
+    junit_name,
+    write_junit,
+    write_report,
 )
 
 SAMPLE = Path(__file__).resolve().parents[1] / "data" / "gate" / "bench_serving-0.5.23.jsonl"

@@ -15,6 +15,7 @@ and Python's grp for bundle install all answer from it.
 
 from __future__ import annotations
 
+import ast
 import grp
 import json
 import os
@@ -125,6 +126,9 @@ def normalized(
             options.setdefault(flag, []).append(value)
     for flag in ("--restart", "--name"):
         options.pop(flag, None)
+    # Device nodes are a set to docker; the role passes them sorted, the run spec in its order.
+    if "--device" in options:
+        options["--device"].sort()
     return {"options": options, "env": env, "image": rest[0], "args": rest[1:]}
 
 
@@ -156,7 +160,12 @@ def render_role_vars(variables: dict[str, Any]) -> None:
     """The role's own variables (vars/main.yml), rendered as Ansible would, in order."""
     role_vars = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())
     for name, expression in role_vars.items():
-        variables[name] = render_text(expression, variables).strip()
+        try:
+            value = render_text(expression, variables).strip()
+        except jinja2.UndefinedError:  # Ansible templates a variable when it is used
+            continue
+        # Ansible reads a rendered list or mapping back as one (its templar's literal_eval).
+        variables[name] = ast.literal_eval(value) if value[:1] in ("[", "{") else value
 
 
 def render_text(text: str, variables: dict[str, Any]) -> str:
@@ -182,7 +191,8 @@ def via_unit(arch: str) -> dict[str, Any]:
         sglang_service_env_files=[],
         __sglang_service_network_mode=spec.network,
         __sglang_service_server_args=[],
-        __sglang_service_device_paths=[d.path for d in spec.devices],
+        # preflight's `find` of the device globs (vars/main.yml makes the --device paths of it)
+        __sglang_service_nodes={"results": [{"files": [{"path": d.path}]} for d in spec.devices]},
         # every mount source present on this host (the role stats them)
         __sglang_service_mount_sources={
             "results": [

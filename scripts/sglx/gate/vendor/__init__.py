@@ -5,3 +5,8 @@ Each module parses one tool's real output formats (pinned in tests/data/vendor) 
 result.ToolResult is the one shape of every verdict, and a tool that is absent is reported as
 not run, never as passed. Nothing here runs a tool: the caller captures its output.
 """
+
+# The most tool output any parser here reads: a caller that captures a tool's output keeps this.
+from sglx.gate.vendor._input import MAX_OUTPUT_BYTES
+
+__all__ = ["MAX_OUTPUT_BYTES"]

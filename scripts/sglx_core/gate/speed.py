@@ -470,7 +470,7 @@ def _floors_for(key: str, floors: Floors | Mapping[str, Floors] | None) -> Floor
 # -- JUnit ------------------------------------------------------------------------------------
 
 SUITE = "sglx-gate-speed"
-CLASSNAME = "sglx.gate.speed"
+CLASSNAME = "sglx_core.gate.speed"
 
 
 def _junit(verdict: HostVerdict) -> bytes:

@@ -1,0 +1,322 @@
+"""The serving gate's speed part on one host: sglang's bench_serving against this server, judged
+against the hosts of its fleet that passed before it.
+
+    python -m sglx_platform.speed_gate --url http://127.0.0.1:PORT --host NAME --fleet KEY
+        [--peers FILE|-] [--fraction F] [--floors JSON] [--timeout S] [--json]
+
+It runs in the server's container (`docker exec`, as the golden replay does): the image's venv
+holds sglang's bench_serving, the baked profile holds the benchmark's settings
+(`gate.speed`), and the served model folder (GET /server_info's `model_path`) is the local
+tokenizer bench_serving needs offline. The run is `sglx_core.gate.bench`'s: random token ids,
+fixed lengths, one seed, so every host of a fleet does the same work.
+
+The verdict is `sglx_core.gate.speed.judge` over this host's result and its peers': the
+records other hosts of the fleet wrote when they passed (`--peers`: a JSON object of host
+name -> the text of its record, a record being what this module prints under `data.record`). A
+record of another fleet (another bundle or other server arguments) is not compared; one of
+this fleet is read as the tool output it is, bounded and checked (`parse_result` against this
+host's settings), and a record that fails that check stops the gate naming the peer: it is
+never skipped. Only this host's checks decide the exit code; the table shows the fleet.
+
+In a rollout the hosts pass one after the other: the first host of a fleet has no median to
+compare with (its outlier check is skipped, its floors still hold), and every later host is
+held against the median of itself and those before it. `sglx hosts check` judges the whole
+fleet at once from the records.
+
+Exit codes: 0 passed, 1 findings (outlier, below a floor, failed requests), 2 the benchmark
+could not run or a record is malformed: both fail the gate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import urllib.parse
+from collections.abc import Mapping
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from sglx_core.errors import SglxError
+from sglx_core.gate.bench import MAX_RESULT_BYTES, BenchSettings, bench_serving_argv
+from sglx_core.gate.speed import DEFAULT_FRACTION, judge
+from sglx_core.gate.speed_record import (
+    SpeedRecord,
+    fleet_key,
+    floors_of,
+    parse_record,
+    settings_of,
+)
+from sglx_core.profile import Profile
+from sglx_core.report import Result, error_result, render
+from sglx_core.untrusted import parse_json, read_bounded
+from sglx_platform.baked import baked_profile
+from sglx_platform.golden_replay import server_info
+
+COMMAND = ("speed_gate",)
+MAX_PEERS_BYTES = 16 << 20
+"""The peers' records on stdin: a record is a few KiB, so this is room for thousands."""
+MAX_OUTPUT_QUOTED = 2000
+"""The tail of bench_serving's output quoted when it fails."""
+
+
+def run_bench(settings: BenchSettings, url: str, model_path: str, timeout: float) -> str:
+    """bench_serving's result line of one run against `url` (its JSONL holds just this run)."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme != "http" or not parts.hostname or not parts.port:
+        raise SglxError(
+            f"--url {url!r} is not http://HOST:PORT",
+            hint="give the server's base URL, e.g. http://127.0.0.1:30000",
+            code="usage",
+        )
+    with tempfile.TemporaryDirectory(prefix="sglx-speed-") as folder:
+        output = Path(folder) / "bench.jsonl"
+        argv = bench_serving_argv(
+            settings,
+            host=parts.hostname,
+            port=parts.port,
+            tokenizer_path=model_path,
+            output_file=str(output),
+            python=sys.executable,
+        )
+        print(f"speed gate: {' '.join(argv[1:])}", file=sys.stderr, flush=True)
+        try:
+            done = subprocess.run(
+                argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout, check=False
+            )
+        except subprocess.TimeoutExpired:
+            raise SglxError(
+                f"bench_serving ran longer than {timeout:g} s",
+                hint="raise the gate's speed timeout, or lower gate.speed's num_prompts and "
+                "lengths in the profile",
+                code="environment",
+            ) from None
+        said = done.stdout.decode("utf-8", "replace")[-MAX_OUTPUT_QUOTED:].strip()
+        if done.returncode != 0 or not output.is_file():
+            raise SglxError(
+                f"bench_serving exited {done.returncode} without a result: {said}",
+                hint="read the output above and the server's log (journalctl -u the unit)",
+                code="environment",
+            )
+        raw = read_bounded(output, what="bench_serving result", max_bytes=MAX_RESULT_BYTES)
+        lines = raw.decode("utf-8", "replace").strip().splitlines()
+        return lines[-1] if lines else ""
+
+
+def read_records(raw: bytes) -> dict[str, SpeedRecord]:
+    """The records in `raw` (a JSON object: host -> record text), each checked."""
+    if len(raw) > MAX_PEERS_BYTES:
+        raise SglxError(
+            f"the peers' records are larger than {MAX_PEERS_BYTES >> 20} MiB",
+            hint="pass the records of the fleet's hosts only",
+            code="too_large",
+        )
+    peers = parse_json(raw or b"{}", path=Path("--peers"), what="peers' records")
+    if not isinstance(peers, dict):
+        raise SglxError(
+            "the peers' records are not a JSON object of host -> record text",
+            hint="pass {HOST: RECORD_TEXT, ...}",
+            code="usage",
+        )
+    return {host: parse_record(host, text) for host, text in sorted(peers.items())}
+
+
+def since_start(record: SpeedRecord | None, fleet: str, started_at: datetime | None) -> bool:
+    """Whether `record` measured this very server: its fleet, after the server started."""
+    if record is None or started_at is None or record.fleet != fleet:
+        return False
+    try:
+        measured = datetime.fromisoformat(record.measured_at)
+    except ValueError:
+        return False
+    return measured.tzinfo is not None and measured >= started_at
+
+
+def parse_started_at(text: str) -> datetime:
+    """Docker's State.StartedAt (RFC 3339, nanoseconds, `Z`) as an aware datetime."""
+    stamp = text.strip().replace("Z", "+00:00")
+    head, dot, rest = stamp.partition(".")
+    if dot:  # Python reads at most microseconds
+        digits = rest[: len(rest) - len(rest.lstrip("0123456789"))]
+        stamp = f"{head}.{digits[:6]}{rest[len(digits) :]}"
+    try:
+        when = datetime.fromisoformat(stamp)
+    except ValueError:
+        when = None
+    if when is None or when.tzinfo is None:
+        raise SglxError(
+            f"--started-at {text!r} is not an RFC 3339 time with a zone",
+            hint="pass docker inspect's State.StartedAt",
+            code="usage",
+        )
+    return when
+
+
+def gate(
+    *,
+    url: str,
+    host: str,
+    fleet: str,
+    peers: bytes,
+    fraction: float,
+    site_floors: Mapping[str, Any],
+    timeout: float,
+    started_at: datetime | None = None,
+    profile: Profile | None = None,
+) -> Result:
+    """Benchmark this host and judge it among its fleet's records; say so (the record is in the
+    data). A record that already measured this server since it started is judged first: if it
+    still passes, nothing is measured; if it no longer does (a faster peer came since, or it was
+    taken under a passing load), the server is measured again and that run decides."""
+    profile = profile or baked_profile()
+    settings = settings_of(profile)
+    floors = floors_of(profile, site_floors)
+    records = read_records(peers)
+    own = records.pop(host, None)
+    others = {h: r.result(settings) for h, r in records.items() if r.fleet == fleet}
+
+    def verdict_of(record: SpeedRecord) -> tuple[Result, bool]:
+        results = {**others, host: record.result(settings)}
+        keys = dict.fromkeys(results, fleet)
+        report = judge(results, fraction=fraction, fleet=keys, floors=floors)
+        verdict = next(v for v in report.verdicts if v.host == host)
+        full = report.result(COMMAND)
+        mine = tuple(f for f in full.findings if f.message.startswith(f"{host}:"))
+        return replace(full, findings=mine), verdict.passed
+
+    lines: list[str] = []
+    if own is not None and since_start(own, fleet, started_at):
+        judged, passed = verdict_of(own)
+        if passed:
+            lines.append(
+                f"{host}: measured at {own.measured_at}, since this server started: its record "
+                "is judged again, not measured again"
+            )
+            return _result(judged, own, passed=True, measured=False, lines=lines)
+        lines.append(
+            f"{host}: its record of {own.measured_at} no longer passes beside its fleet: "
+            "measured again"
+        )
+    record = _measure(settings, url, host, fleet, timeout)
+    judged, passed = verdict_of(record)
+    return _result(judged, record, passed=passed, measured=True, lines=lines)
+
+
+def _result(
+    judged: Result, record: SpeedRecord, *, passed: bool, measured: bool, lines: list[str]
+) -> Result:
+    return replace(
+        judged,
+        data={
+            "passed": passed,
+            "measured": measured,
+            "record": record.to_json(),
+            "report": judged.data,
+        },
+        lines=tuple(lines),
+    )
+
+
+def _measure(
+    settings: BenchSettings, url: str, host: str, fleet: str, timeout: float
+) -> SpeedRecord:
+    info = server_info(url)
+    model_path = info.get("tokenizer_path") or info.get("model_path")
+    if not isinstance(model_path, str) or not model_path:
+        raise SglxError(
+            f"GET {url}/server_info names no model_path",
+            hint="is this an sglang server?",
+            code="environment",
+        )
+    line = run_bench(settings, url, model_path, timeout)
+    return SpeedRecord(host, fleet, datetime.now(UTC).isoformat(timespec="seconds"), line)
+
+
+def _server_args(text: str) -> list[str]:
+    words = parse_json(text, path=Path("--server-args"), what="server arguments")
+    if not isinstance(words, list) or not all(isinstance(w, str) for w in words):
+        raise SglxError(
+            "--server-args is not a JSON list of strings",
+            hint="pass docker inspect's .Args of the server's container",
+            code="usage",
+        )
+    return words
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m sglx_platform.speed_gate",
+        description="Benchmark this server with sglang's bench_serving (the profile's "
+        "gate.speed) and judge it against its fleet's records.",
+        epilog="exit codes: 0 passed, 1 findings (outlier, floor, failed requests), 2 the "
+        "benchmark could not run or a record is malformed",
+    )
+    parser.add_argument("--url", required=True, help="the server, e.g. http://127.0.0.1:30000")
+    parser.add_argument("--host", required=True, help="this host's name in the fleet")
+    parser.add_argument(
+        "--image", help="the image id the server's container runs (docker inspect's .Image)"
+    )
+    parser.add_argument(
+        "--server-args",
+        metavar="JSON",
+        help="the container's server arguments as a JSON list (docker inspect's .Args); with "
+        "--image they make the fleet key",
+    )
+    parser.add_argument("--fleet", help="the fleet key itself, instead of --image/--server-args")
+    parser.add_argument(
+        "--peers", help="JSON object of host -> the text of its record; - reads stdin"
+    )
+    parser.add_argument(
+        "--fraction",
+        type=float,
+        default=DEFAULT_FRACTION,
+        help=f"outlier below this fraction of the fleet median (default {DEFAULT_FRACTION})",
+    )
+    parser.add_argument("--floors", default="{}", help="site floors as a JSON object")
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds for the benchmark")
+    parser.add_argument(
+        "--started-at",
+        help="when the server started (docker inspect's State.StartedAt): a record of this "
+        "fleet measured since then is judged again instead of measured again",
+    )
+    parser.add_argument("--json", action="store_true", help="print the JSON envelope")
+    args = parser.parse_args(argv)
+    if not args.fleet and not (args.image and args.server_args is not None):
+        parser.error("give --image and --server-args (or --fleet): they say which hosts compare")
+    try:
+        floors = parse_json(args.floors, path=Path("--floors"), what="site floors")
+        if not isinstance(floors, dict):
+            raise SglxError(
+                "--floors is not a JSON object",
+                hint='give e.g. {"min_output_tok_s": 900}',
+                code="usage",
+            )
+        peers = b""
+        if args.peers == "-":
+            peers = sys.stdin.buffer.read(MAX_PEERS_BYTES + 1)
+        elif args.peers:
+            peers = Path(args.peers).read_bytes()[: MAX_PEERS_BYTES + 1]
+        result = gate(
+            url=args.url,
+            host=args.host,
+            fleet=args.fleet or fleet_key(args.image, _server_args(args.server_args)),
+            peers=peers,
+            fraction=args.fraction,
+            site_floors=floors,
+            timeout=args.timeout,
+            started_at=parse_started_at(args.started_at) if args.started_at else None,
+        )
+    except SglxError as error:
+        result = error_result(COMMAND, error)
+    except OSError as error:
+        result = error_result(
+            COMMAND, SglxError(f"cannot read --peers: {error}", hint="check the path", code="usage")
+        )
+    return render(result, as_json=args.json)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,217 @@
+"""The speed gate on one host (sglx_platform.speed_gate) and the records hosts keep
+(sglx_core.gate.speed_record): records are untrusted (they cross hosts), a server already
+measured since it started is judged again without a second run, and a slow host is named.
+The benchmark itself runs against a real server in tests/integration/test_image_cpu.py."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from sglx_core.errors import SglxError
+from sglx_core.gate.speed_record import (
+    MAX_RECORD_BYTES,
+    RECORD_VERSION,
+    SpeedRecord,
+    fleet_key,
+    floors_of,
+    parse_record,
+    settings_of,
+)
+from sglx_core.profile import Profile, load_profile
+from sglx_core.report import Result
+from sglx_platform import speed_gate
+
+SAMPLE = Path(__file__).resolve().parents[1] / "data" / "gate" / "bench_serving-0.5.23.jsonl"
+STARTED = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
+
+
+def _profile() -> Profile:
+    """The cpu profile with the benchmark the sample line was made with."""
+    profile = load_profile("cpu")
+    speed = profile.gate.speed.model_copy(
+        update={"concurrency": 8, "num_prompts": 32, "input_len": 128, "output_len": 64}
+    )
+    gate = profile.gate.model_copy(update={"speed": speed})
+    return profile.model_copy(update={"gate": gate})
+
+
+def _line(output_tok_s: float | None = None) -> str:
+    line = json.loads(SAMPLE.read_text().splitlines()[-1])
+    if output_tok_s is not None:
+        line["output_throughput"] = output_tok_s
+    return json.dumps(line)
+
+
+def _record(host: str, fleet: str = "f", tok_s: float | None = None, at: datetime = STARTED) -> str:
+    measured = (at + timedelta(minutes=1)).isoformat(timespec="seconds")
+    return json.dumps(SpeedRecord(host, fleet, measured, _line(tok_s)).to_json())
+
+
+def _gate(peers: dict[str, str]) -> Result:
+    return speed_gate.gate(
+        url="http://127.0.0.1:1",  # never asked: every record here measured its server
+        host="host-b",
+        fleet="f",
+        peers=json.dumps(peers).encode(),
+        fraction=0.7,
+        site_floors={},
+        timeout=1,
+        started_at=STARTED,
+        profile=_profile(),
+    )
+
+
+def test_a_record_reads_back_and_its_numbers_are_checked_against_the_profile() -> None:
+    record = parse_record("host-a", _record("host-a", tok_s=123.5))
+    assert record.fleet == "f"
+    assert record.result(settings_of(_profile())).output_tok_s == 123.5
+    # Another profile's benchmark (the cpu profile's own lengths): not comparable, named.
+    with pytest.raises(SglxError, match=r"host-a:gate-speed\.json.*max_concurrency"):
+        record.result(settings_of(load_profile("cpu")))
+
+
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [
+        ("[]", "not a JSON object"),
+        (json.dumps({"version": RECORD_VERSION, "host": "host-a", "fleet": "f"}), "'measured_at'"),
+        (json.dumps({**json.loads(_record("host-a")), "version": 9}), "version is 9"),
+        (json.dumps({**json.loads(_record("host-a")), "host": "host-c"}), "'host' is 'host-c'"),
+        ("{not json", "speed record"),
+        ("x" * (MAX_RECORD_BYTES + 1), "larger than"),
+    ],
+)
+def test_a_malformed_record_is_an_error_naming_the_host_and_the_field(
+    text: str, field: str
+) -> None:
+    with pytest.raises(SglxError, match=field) as caught:
+        parse_record("host-a", text)
+    assert "host-a:gate-speed.json" in caught.value.message
+    assert "gate-speed.json on that host" in (caught.value.hint or "")
+
+
+def test_site_floors_override_the_profiles_and_an_unknown_one_is_refused() -> None:
+    floors = floors_of(_profile(), {"min_output_tok_s": 900})
+    assert floors.min_output_tok_s == 900 and floors.max_tpot_mean_ms is None
+    with pytest.raises(SglxError, match="min_tok_s is no speed floor"):
+        floors_of(_profile(), {"min_tok_s": 900})
+
+
+def test_dockers_start_time_is_read_to_the_microsecond() -> None:
+    when = speed_gate.parse_started_at("2026-12-04T16:02:46.655212551Z")
+    assert when == datetime(2026, 12, 4, 16, 2, 46, 655212, tzinfo=UTC)
+    with pytest.raises(SglxError, match="not an RFC 3339 time"):
+        speed_gate.parse_started_at("yesterday")
+
+
+def test_a_server_measured_since_it_started_is_judged_again_not_measured_again() -> None:
+    result = _gate({"host-a": _record("host-a"), "host-b": _record("host-b")})
+    assert result.exit_code == 0, result
+    assert result.data["measured"] is False
+    hosts = {h["host"]: h for h in result.data["report"]["hosts"]}
+    assert hosts["host-b"]["ratio_to_median"] == pytest.approx(1.0)
+
+
+def test_a_record_from_before_the_start_or_of_another_fleet_is_measured_anew() -> None:
+    before = datetime(2026, 12, 4, 11, 0, tzinfo=UTC)
+    stale = parse_record("host-b", _record("host-b", at=before))
+    assert not speed_gate.since_start(stale, "f", STARTED)
+    other = parse_record("host-b", _record("host-b", fleet="g"))
+    assert not speed_gate.since_start(other, "f", STARTED)
+    assert speed_gate.since_start(parse_record("host-b", _record("host-b")), "f", STARTED)
+    assert not speed_gate.since_start(None, "f", STARTED)
+
+
+def _measured(monkeypatch: pytest.MonkeyPatch, tok_s: float) -> list[str]:
+    """Stand in for bench_serving: every run of the gate measures `tok_s` (runs are counted)."""
+    runs: list[str] = []
+
+    def measure(settings: object, url: str, host: str, fleet: str, timeout: float) -> SpeedRecord:
+        runs.append(host)
+        return parse_record(host, _record(host, fleet, tok_s=tok_s, at=datetime.now(UTC)))
+
+    monkeypatch.setattr(speed_gate, "_measure", measure)
+    return runs
+
+
+def test_the_slow_host_is_named_against_its_fleet_and_other_fleets_are_left_out(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    runs = _measured(monkeypatch, 40.0)  # slow again when measured again
+    peers = {
+        "host-a": _record("host-a", tok_s=200.0),
+        "host-b": _record("host-b", tok_s=40.0),
+        "host-c": _record("host-c", fleet="other", tok_s=1.0),  # another bundle: not compared
+    }
+    result = _gate(peers)
+    assert result.exit_code == 1
+    (finding,) = result.findings
+    assert finding.message == (
+        "host-b: 40.0 output tok/s is 0.33 of the fleet median 120.0 (fraction 0.7): an outlier"
+    )
+    hosts = [h["host"] for h in result.data["report"]["hosts"]]
+    assert hosts == ["host-a", "host-b"]
+    # Its record failed beside the fleet, so the server was measured again before it failed.
+    assert runs == ["host-b"] and result.data["measured"] is True
+    assert "no longer passes beside its fleet: measured again" in result.lines[0]
+
+
+def test_a_record_taken_under_load_is_measured_again_and_the_new_run_decides(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    runs = _measured(monkeypatch, 190.0)
+    peers = {"host-a": _record("host-a", tok_s=200.0), "host-b": _record("host-b", tok_s=40.0)}
+    result = _gate(peers)
+    assert result.exit_code == 0, result
+    assert runs == ["host-b"]
+    assert result.data["record"]["line"] != json.loads(peers["host-b"])["line"]  # the new run
+
+
+def test_a_slow_peer_is_not_this_hosts_finding() -> None:
+    peers = {"host-a": _record("host-a", tok_s=40.0), "host-b": _record("host-b", tok_s=200.0)}
+    result = _gate(peers)
+    assert result.exit_code == 0, result
+
+
+def test_peers_that_are_not_an_object_of_records_are_refused() -> None:
+    with pytest.raises(SglxError, match="not a JSON object of host -> record text"):
+        speed_gate.read_records(b"[]")
+    with pytest.raises(SglxError, match=r"host-a:gate-speed\.json: the record is int"):
+        speed_gate.read_records(b'{"host-a": 3}')
+
+
+def test_bad_arguments_exit_2_with_the_problem_named(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--url", "http://127.0.0.1:1", "--host", "h", "--fleet", "f", "--json"]
+    assert speed_gate.main([*argv, "--floors", "[1]"]) == 2
+    said = json.loads(capsys.readouterr().out)
+    assert said["errors"][0]["message"] == "--floors is not a JSON object"
+    assert speed_gate.main([*argv, "--started-at", "soon"]) == 2
+    said = json.loads(capsys.readouterr().out)
+    assert "--started-at 'soon'" in said["errors"][0]["message"]
+
+
+def test_the_fleet_key_is_the_running_image_and_arguments_less_each_groups_own() -> None:
+    group = ["--tp", "2", "--nnodes", "2", "--node-rank", "0", "--random-seed", "17"]
+    one = fleet_key("sha256:aa", [*group, "--dist-init-addr", "10.0.0.1:29500"])
+    other = fleet_key("sha256:aa", [*group[:-1], "99", "--dist-init-addr=10.0.0.9:29500"])
+    assert one == other  # two groups of one kind compare
+    assert one.startswith("sha256:aa+args:")
+    assert fleet_key("sha256:aa", ["--tp", "4"]) != fleet_key("sha256:aa", ["--tp", "2"])
+    assert fleet_key("sha256:bb", []) != fleet_key("sha256:aa", [])
+
+
+def test_the_fleet_comes_from_the_image_and_arguments_given(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["--url", "http://127.0.0.1:1", "--host", "h", "--json", "--image", "sha256:aa"]
+    assert speed_gate.main([*argv, "--server-args", '{"tp": 2}']) == 2
+    said = json.loads(capsys.readouterr().out)
+    assert said["errors"][0]["message"] == "--server-args is not a JSON list of strings"
+    with pytest.raises(SystemExit) as stopped:
+        speed_gate.main(argv)  # no --server-args, no --fleet
+    assert stopped.value.code == 2
+    assert "give --image and --server-args" in capsys.readouterr().err
