@@ -362,8 +362,8 @@ def test_served_speed(host: Any, facts: HostFacts, request: pytest.FixtureReques
             "gate did not measure what this host serves",
             ROLLOUT,
         )
-    settings = settings_of(facts.profile)
     try:
+        settings = settings_of(facts.profile, facts["sglang_service_gate_speed_slos"] or {})
         floors = floors_of(facts.profile, facts["sglang_service_gate_speed_floors"] or {})
         fleet = {
             name: record.result(settings)
@@ -394,7 +394,8 @@ def test_served_speed(host: Any, facts: HostFacts, request: pytest.FixtureReques
         )
         + f", TTFT p50/p99 {r.ttft_ms_p50:.0f}/{r.ttft_ms_p99:.0f} ms, TPOT mean/p99 "
         f"{r.tpot_ms_mean:.1f}/{r.tpot_ms_p99:.1f} ms, {r.completed}/{r.num_prompts} completed, "
-        f"measured {mine.measured_at}",
+        + ("" if r.slo_attainment is None else f"goodput {r.slo_attainment:.3f}, ")
+        + f"measured {mine.measured_at}",
     )
 
 

@@ -164,6 +164,7 @@ def gate(
     fraction: float,
     site_floors: Mapping[str, Any],
     timeout: float,
+    site_slos: Mapping[str, Any] | None = None,
     started_at: datetime | None = None,
     profile: Profile | None = None,
 ) -> Result:
@@ -172,7 +173,7 @@ def gate(
     still passes, nothing is measured; if it no longer does (a faster peer came since, or it was
     taken under a passing load), the server is measured again and that run decides."""
     profile = profile or baked_profile()
-    settings = settings_of(profile)
+    settings = settings_of(profile, site_slos)
     floors = floors_of(profile, site_floors)
     records = read_records(peers)
     own = records.pop(host, None)
@@ -235,6 +236,13 @@ def _measure(
     return SpeedRecord(host, fleet, datetime.now(UTC).isoformat(timespec="seconds"), line)
 
 
+def _object(text: str, flag: str, example: str) -> dict[str, Any]:
+    value = parse_json(text, path=Path(flag), what=flag)
+    if not isinstance(value, dict):
+        raise SglxError(f"{flag} is not a JSON object", hint=f"give e.g. {example}", code="usage")
+    return value
+
+
 def _server_args(text: str) -> list[str]:
     words = parse_json(text, path=Path("--server-args"), what="server arguments")
     if not isinstance(words, list) or not all(isinstance(w, str) for w in words):
@@ -276,6 +284,9 @@ def main(argv: list[str] | None = None) -> int:
         help=f"outlier below this fraction of the fleet median (default {DEFAULT_FRACTION})",
     )
     parser.add_argument("--floors", default="{}", help="site floors as a JSON object")
+    parser.add_argument(
+        "--slos", default="{}", help="site goodput SLOs as a JSON object (ttft_ms, tpot_ms)"
+    )
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds for the benchmark")
     parser.add_argument(
         "--started-at",
@@ -287,13 +298,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.fleet and not (args.image and args.server_args is not None):
         parser.error("give --image and --server-args (or --fleet): they say which hosts compare")
     try:
-        floors = parse_json(args.floors, path=Path("--floors"), what="site floors")
-        if not isinstance(floors, dict):
-            raise SglxError(
-                "--floors is not a JSON object",
-                hint='give e.g. {"min_output_tok_s": 900}',
-                code="usage",
-            )
+        floors = _object(args.floors, "--floors", '{"min_output_tok_s": 900}')
+        slos = _object(args.slos, "--slos", '{"ttft_ms": 60000, "tpot_ms": 150}')
         peers = b""
         if args.peers == "-":
             peers = sys.stdin.buffer.read(MAX_PEERS_BYTES + 1)
@@ -306,6 +312,7 @@ def main(argv: list[str] | None = None) -> int:
             peers=peers,
             fraction=args.fraction,
             site_floors=floors,
+            site_slos=slos,
             timeout=args.timeout,
             started_at=parse_started_at(args.started_at) if args.started_at else None,
         )

@@ -202,6 +202,10 @@ def test_the_image_benchmarks_its_server_with_sglangs_bench_serving(
     speed = load_profile("cpu").gate.speed
     assert host["numbers"]["completed"] == speed.num_prompts, host
     assert host["numbers"]["output_tok_s"] > 0, host
+    assert host["numbers"]["goodput"]["slos_ms"] == {
+        "ttft": speed.slos.ttft_ms,
+        "tpot": speed.slos.tpot_ms,
+    }
     assert report["data"]["measured"] is True
     record = json.dumps(report["data"]["record"])
     # The peers' records on stdin (the gate's own, here): sh hands $0 to the gate's stdin.

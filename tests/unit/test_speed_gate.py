@@ -32,8 +32,15 @@ STARTED = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
 def _profile() -> Profile:
     """The cpu profile with the benchmark the sample line was made with."""
     profile = load_profile("cpu")
+    slos = profile.gate.speed.slos.model_copy(update={"ttft_ms": 400.0, "tpot_ms": 40.0})
     speed = profile.gate.speed.model_copy(
-        update={"concurrency": 8, "num_prompts": 32, "input_len": 128, "output_len": 64}
+        update={
+            "concurrency": 8,
+            "num_prompts": 32,
+            "input_len": 128,
+            "output_len": 64,
+            "slos": slos,
+        }
     )
     gate = profile.gate.model_copy(update={"speed": speed})
     return profile.model_copy(update={"gate": gate})
@@ -215,3 +222,17 @@ def test_the_fleet_comes_from_the_image_and_arguments_given(
         speed_gate.main(argv)  # no --server-args, no --fleet
     assert stopped.value.code == 2
     assert "give --image and --server-args" in capsys.readouterr().err
+
+
+def test_goodput_slos_come_from_the_profile_and_the_site_overrides_them() -> None:
+    settings = settings_of(_profile())
+    assert settings.goodput_slos_ms == {"ttft": 400.0, "tpot": 40.0}
+    record = parse_record("host-a", _record("host-a"))
+    assert record.result(settings).slo_attainment is not None  # goodput recorded and read
+    site = settings_of(_profile(), {"tpot_ms": 150.0})
+    assert site.goodput_slos_ms == {"ttft": 400.0, "tpot": 150.0}
+    # A record taken against other SLOs is another benchmark: named, not compared.
+    with pytest.raises(SglxError, match="goodput_slos_ms"):
+        record.result(site)
+    with pytest.raises(SglxError, match="ttft is no goodput SLO"):
+        settings_of(_profile(), {"ttft": 1.0})

@@ -80,14 +80,25 @@ class SpeedRecord:
         return parse_result(self.line.encode(), path=path, settings=settings)
 
 
-def settings_of(profile: Profile) -> BenchSettings:
-    """The profile's benchmark: the same on every host that serves from one image."""
+def settings_of(profile: Profile, site_slos: Mapping[str, Any] | None = None) -> BenchSettings:
+    """The profile's benchmark, its goodput SLOs each overridden by the site's: the same on
+    every host that serves from one image."""
     speed = profile.gate.speed
+    slos = {**speed.slos.model_dump(), **(site_slos or {})}
+    unknown = sorted(set(slos) - {"ttft_ms", "tpot_ms"})
+    if unknown:
+        raise SglxError(
+            f"speed SLOs: {', '.join(unknown)} is no goodput SLO",
+            hint="use ttft_ms and tpot_ms (milliseconds)",
+            code="usage",
+        )
     return BenchSettings(
         concurrency=speed.concurrency,
         num_prompts=speed.num_prompts,
         input_len=speed.input_len,
         output_len=speed.output_len,
+        goodput_ttft_ms=slos["ttft_ms"],
+        goodput_tpot_ms=slos["tpot_ms"],
     )
 
 

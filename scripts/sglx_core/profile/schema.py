@@ -648,6 +648,15 @@ class SpeedFloors(_Strict):
     )
 
 
+class SpeedSlos(_Strict):
+    """The goodput SLOs bench_serving judges each request by (`--goodput ttft:MS tpot:MS`): the
+    run records goodput, the share of requests that met every one. None: that SLO unset; none
+    set: no goodput is recorded."""
+
+    ttft_ms: StrictFloat | None = Field(default=None, gt=0, description="Time to first token.")
+    tpot_ms: StrictFloat | None = Field(default=None, gt=0, description="Time per output token.")
+
+
 class GateSpeed(_Strict):
     """The short benchmark of the serving gate: sglang's own bench_serving on random token ids,
     the same work on every host, judged against the fleet's median (docs/reference/gate.md)."""
@@ -658,6 +667,7 @@ class GateSpeed(_Strict):
     )
     input_len: StrictInt = Field(default=128, ge=1, description="Prompt tokens per request.")
     output_len: StrictInt = Field(default=64, ge=2, description="Output tokens per request.")
+    slos: SpeedSlos = Field(default_factory=SpeedSlos)
     floors: SpeedFloors = Field(default_factory=SpeedFloors)
     source: Text = Field(
         default="", description="Why these sizes: what they measure and what they cost."
