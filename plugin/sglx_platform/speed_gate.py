@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from sglx_core.errors import SglxError
-from sglx_core.gate.bench import MAX_RESULT_BYTES, BenchSettings, bench_serving_argv
+from sglx_core.gate.bench import BenchSettings, bench_serving_argv, read_result_line
 from sglx_core.gate.speed import DEFAULT_FRACTION, judge
 from sglx_core.gate.speed_record import (
     SpeedRecord,
@@ -52,7 +52,7 @@ from sglx_core.gate.speed_record import (
 )
 from sglx_core.profile import Profile
 from sglx_core.report import Result, error_result, render
-from sglx_core.untrusted import parse_json, read_bounded
+from sglx_core.untrusted import parse_json
 from sglx_platform.baked import baked_profile
 from sglx_platform.golden_replay import server_info
 
@@ -101,9 +101,7 @@ def run_bench(settings: BenchSettings, url: str, model_path: str, timeout: float
                 hint="read the output above and the server's log (journalctl -u the unit)",
                 code="environment",
             )
-        raw = read_bounded(output, what="bench_serving result", max_bytes=MAX_RESULT_BYTES)
-        lines = raw.decode("utf-8", "replace").strip().splitlines()
-        return lines[-1] if lines else ""
+        return read_result_line(output)
 
 
 def read_records(raw: bytes) -> dict[str, SpeedRecord]:

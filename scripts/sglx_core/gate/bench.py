@@ -422,10 +422,16 @@ def parse_result(raw: bytes, *, path: Path, settings: BenchSettings) -> BenchRes
     )
 
 
-def read_result(path: Path, *, settings: BenchSettings) -> BenchResult:
-    """`parse_result` of the file bench_serving wrote at `path` (read bounded, regular files
-    only)."""
+def read_result_line(path: Path) -> str:
+    """The last line of the file bench_serving wrote at `path` (read bounded, regular files
+    only): this run's result, as it wrote it."""
     raw = read_bounded(
         path, what="bench_serving result", max_bytes=MAX_RESULT_BYTES, hint=_RERUN_HINT
     )
-    return parse_result(raw, path=path, settings=settings)
+    return _last_line(raw, path)
+
+
+def read_result(path: Path, *, settings: BenchSettings) -> BenchResult:
+    """`parse_result` of the file bench_serving wrote at `path` (read bounded, regular files
+    only)."""
+    return parse_result(read_result_line(path).encode(), path=path, settings=settings)
