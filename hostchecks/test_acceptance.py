@@ -388,7 +388,7 @@ def test_served_speed(host: Any, facts: HostFacts, request: pytest.FixtureReques
         DETAIL_PROPERTY,
         f"{r.output_tok_s:.1f} output tok/s"
         + (
-            ""
+            f" (a fleet of {verdict.fleet_size}: judged by the floors only)"
             if ratio is None
             else f" ({ratio:.2f} of the fleet median {verdict.median_output_tok_s:.1f})"
         )

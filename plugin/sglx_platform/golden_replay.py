@@ -59,6 +59,7 @@ from sglx_core.gate.golden import (
 from sglx_core.profile import Profile
 from sglx_core.report import Finding, Result, Table, error_result, render
 from sglx_core.serving.model import read_model, served_dtype
+from sglx_core.untrusted import parse_json
 from sglx_platform.baked import DEFAULT_PROFILE, baked_profile
 
 COMMAND = ("golden_replay",)
@@ -220,11 +221,10 @@ def _request(endpoint: str, timeout: float, data: bytes | None = None) -> Any:
     if len(raw) > MAX_RESPONSE_BYTES:
         raise _protocol(f"{method} {endpoint} answered more than {MAX_RESPONSE_BYTES >> 20} MiB")
     try:
-        return json.loads(raw)
-    except (ValueError, RecursionError) as exc:
-        raise _protocol(
-            f"{method} {endpoint} answered something that is not JSON ({exc})"
-        ) from None
+        return parse_json(raw, path=Path(endpoint), what="server's answer")
+    except SglxError as exc:
+        message = f"{method} {endpoint} answered something sglx cannot read: {exc.message}"
+        raise _protocol(message) from None
 
 
 def server_info(url: str, timeout: float = DEFAULT_TIMEOUT_S) -> dict[str, Any]:

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import IO, Any, Literal, TypeGuard
 
 from sglx_core.errors import SglxError
+from sglx_core.untrusted import parse_json
 from sglx_core.util import CHUNK, scratch_dir
 
 MAX_MEMBERS = 10_000
@@ -314,9 +315,10 @@ def _read_json(
     handle = tar.extractfile(member)
     data = b"" if handle is None else handle.read(MAX_JSON_BYTES + 1)
     try:
-        return json.loads(data.decode("utf-8")), data
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise _invalid(archive, f"{what} {name!r} is not valid JSON ({exc})") from None
+        return parse_json(data, path=Path(name), what=what), data
+    except SglxError as exc:  # "NAME: the WHAT is not valid JSON (...)", said of the member
+        said = exc.message.removeprefix(f"{name}: the {what} ")
+        raise _invalid(archive, f"{what} {name!r} {said}") from None
 
 
 # ---------------------------------------------------------------------------------------------

@@ -6,13 +6,17 @@ Three rules, each answering a failure seen on real hostile input:
   manifest or a weights file is expected would otherwise hang the reader or feed it forever;
 - every read is bounded: a 1 GiB sparse `bundle.json.sig` must not cost 1 GiB of memory;
 - JSON is refused when nested deeper than any real document, or when an object repeats a key
-  (`json.loads` keeps the last one silently, so two readers of one manifest could disagree).
+  (`json.loads` keeps the last one silently, so two readers of one manifest could disagree);
+- a number is refused when no real document holds it: an integer of more than MAX_INT_DIGITS
+  digits (Python's own limit raises a bare ValueError at 4,300, and arithmetic on one costs
+  seconds), or a literal whose value overflows a float (`1e400` would read as infinity).
 """
 
 from __future__ import annotations
 
 import errno
 import json
+import math
 import os
 import stat
 from pathlib import Path
@@ -22,6 +26,8 @@ from sglx_core.errors import SglxError
 
 MAX_JSON_DEPTH = 64
 """Deepest nesting of objects and arrays accepted (manifests and configs use about 4)."""
+MAX_INT_DIGITS = 40
+"""Longest integer accepted: a byte count or a token id has at most 20 digits (2**64)."""
 
 
 def open_regular(path: Path, *, what: str, hint: str | None = None) -> BinaryIO:
@@ -91,7 +97,9 @@ def parse_json(raw: bytes | str, *, path: Path, what: str, hint: str | None = No
     and nesting deeper than MAX_JSON_DEPTH."""
     fix = hint or f"copy {path.name} again from its source"
     try:
-        document = json.loads(raw, object_pairs_hook=_unique_keys)
+        document = json.loads(
+            raw, object_pairs_hook=_unique_keys, parse_int=_int, parse_float=_float
+        )
     except _RepeatedKey as exc:
         raise SglxError(
             f"{path}: the {what} repeats the key {exc.key!r} in one object; readers would "
@@ -102,6 +110,13 @@ def parse_json(raw: bytes | str, *, path: Path, what: str, hint: str | None = No
         ) from None
     except RecursionError:
         raise _too_deep(path, what, fix) from None
+    except _OutOfRange as exc:
+        raise SglxError(
+            f"{path}: the {what} holds {exc.what}; no real one does",
+            hint=fix,
+            code="corrupt",
+            path=str(path),
+        ) from None
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise SglxError(
             f"{path}: the {what} is not valid JSON ({exc})",
@@ -118,6 +133,28 @@ def read_json(path: Path, *, what: str, max_bytes: int, hint: str | None = None)
     """`read_bounded` then `parse_json`."""
     raw = read_bounded(path, what=what, max_bytes=max_bytes, hint=hint)
     return parse_json(raw, path=path, what=what, hint=hint)
+
+
+class _OutOfRange(Exception):
+    def __init__(self, what: str) -> None:
+        super().__init__(what)
+        self.what = what
+
+
+def _int(text: str) -> int:
+    digits = len(text.lstrip("-"))
+    if digits > MAX_INT_DIGITS:
+        raise _OutOfRange(f"an integer of {digits} digits (at most {MAX_INT_DIGITS} are read)")
+    return int(text)
+
+
+def _float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _OutOfRange(
+            f"the number {text[:24]}{'...' if len(text) > 24 else ''}, which overflows a float"
+        )
+    return value
 
 
 class _RepeatedKey(ValueError):

@@ -112,7 +112,8 @@ class Fleet:
                 "sglang_service_host_port": self.ports[host.name],
                 "sglang_service_publish_address": "127.0.0.1",
                 "sglang_service_health_timeout": 420,
-                "sglang_service_gate_speed_fraction": SHARED_CORES_FRACTION,
+                # The test hosts share this machine's two cores: one benchmarks at a time.
+                "sglang_service_gate_speed_throttle": 1,
                 # Every version of the fleet runs with it, so hosts differ only where a test
                 # makes them differ (test_rollout_serves_on_both_hosts_idempotently reads it).
                 "sglang_service_args": ["--download-dir", ODD_ARG],
@@ -214,10 +215,17 @@ SERVING_CHECKS = (
 # answers; its numbers drift far past the tolerance (measured: float16, top-1 agreement 0.09,
 # max |Δ logprob| 0.81 against 0.03).
 TRUNCATED_LAYER = "model.layers.1."
-# The test hosts share this machine's two cores with the suite's own builds: a healthy host
-# may run at half its peer's speed while a build runs beside it. Outliers below half the
-# fleet's median still fail (a host limited to a quarter of a core serves at 0.17 of it).
-SHARED_CORES_FRACTION = 0.5
+# The speed break's host: a quarter of a core (a site's docker option) serving one request at a
+# time (a server argument), so it serves below SLOW_FLOOR however busy the machine is (measured
+# at a quarter core alone: 28.6 to 121.8 output tok/s under load; serialising the benchmark's 4
+# requests divides that further), while a healthy host measured one at a time served 169 at the
+# least under the suite's load. Two hosts have no median to be an outlier of (issue 37): the
+# floor judges them.
+SLOW_HOST = {
+    "sglang_service_extra_run_options": ["--cpus", "0.25"],
+    "sglang_service_args": ["--download-dir", ODD_ARG, "--max-running-requests", "1"],
+    "sglang_service_gate_speed_floors": {"min_output_tok_s": 60},
+}
 
 
 def failures(envelope: dict) -> set[tuple[str, str]]:
@@ -494,14 +502,15 @@ def test_acceptance_checks_pass(fleet: Fleet) -> None:
         ]
         assert re.fullmatch(r"float16: top-1 1\.000, mean \|Δ\| \S+, max \|Δ\| \S+ over 6 "
                             r"prompts", numbers), numbers  # fmt: skip
-        # And its speed: the record of its gate's benchmark, judged beside its peer's.
+        # And its speed: the record of its gate's benchmark. Two hosts have no median to be an
+        # outlier of (issue 37): the fleet is judged by its floors, and the detail says so.
         (speed,) = [
             c["message"]
             for c in report["data"]["checks"]
             if (c["host"], c["check"]) == (host, "served_speed")
         ]
-        assert re.match(r"[0-9.]+ output tok/s \([0-9.]+ of the fleet median [0-9.]+\), TTFT "
-                        r"p50/p99 ", speed), speed  # fmt: skip
+        assert re.match(r"[0-9.]+ output tok/s \(a fleet of 2: judged by the floors only\), "
+                        r"TTFT p50/p99 ", speed), speed  # fmt: skip
         fleet.note(f"acceptance speed {host}: {speed}")
 
 
@@ -633,24 +642,24 @@ def truncated_model(work: Path, image: str) -> Path:
 
 
 @pytest.mark.breaks
-def test_a_slow_host_is_named_as_the_outlier_and_rolled_back(fleet: Fleet) -> None:
-    """Issue 25's speed break: host-b's container limited to a quarter of a core (a site's
-    docker option, sglang_service_extra_run_options). It starts and serves the right numbers,
-    but its gate's benchmark falls below the fraction of the fleet's median (host-a's record
-    from its own passed gate and host-b's run): the gate names host-b as the outlier and the
-    rollout rolls it back. Acceptance then reads both hosts' records: their numbers in the
-    JSON report."""
+def test_a_slow_host_is_named_below_its_floor_and_rolled_back(fleet: Fleet) -> None:
+    """Issue 25's speed break, judged as issue 37 asks: host-b's container limited to a quarter
+    of a core and one running request (SLOW_HOST). It starts and serves the right numbers, but
+    its gate's benchmark falls below the site's floor, twice (a failing run is measured again
+    before it counts): the gate names host-b with both runs and the rollout rolls it back. Two
+    hosts have no median, so no outlier is named. Acceptance then reads both hosts' records:
+    their numbers in the JSON report."""
     a, b = fleet.hosts
     v1, v1_id = fleet.state["v1"], fleet.state["v1_id"]
-    slow = {"host-b": {"sglang_service_extra_run_options": ["--cpus", "0.25"]}}
-    code, out = fleet.play(fleet.inventory("slow", "cpu", slow), "rollout.yml",
+    code, out = fleet.play(fleet.inventory("slow", "cpu", {"host-b": SLOW_HOST}), "rollout.yml",
                            "-e", f"sglx_bundle_path={v1}", *BOTH)  # fmt: skip
     assert code != 0, out
     assert "host-b: rolled_back" in out, out
-    outlier = re.search(r"host-b: the server fails the speed gate \(host-b: ([0-9.]+) output "
-                        r"tok/s is ([0-9.]+) of the fleet median ([0-9.]+) \(fraction 0.5\): "
-                        r"an outlier\)", out)  # fmt: skip
-    assert outlier, out
+    slow = re.search(r"host-b: the server fails the speed gate \(host-b: ([0-9.]+) output tok/s "
+                     r"is below the floor 60 \(measured twice: ([0-9.]+), then ([0-9.]+) output "
+                     r"tok/s\)\)", out)  # fmt: skip
+    assert slow, out
+    assert "an outlier" not in out
     assert recap(out)["host-a"]["changed"] == 0
     assert running_image(b) == v1_id and "--cpus" not in b.exec("systemctl cat sglx-server")
     assert served(fleet, a) and served(fleet, b)
@@ -660,8 +669,8 @@ def test_a_slow_host_is_named_as_the_outlier_and_rolled_back(fleet: Fleet) -> No
         (check,) = [c for c in report["data"]["checks"]
                     if (c["host"], c["check"]) == (host, "served_speed")]  # fmt: skip
         assert re.match(r"[0-9.]+ output tok/s \(", check["message"]), check
-    fleet.note(f"speed break: host-b at a quarter core served {outlier.group(1)} output tok/s, "
-               f"{outlier.group(2)} of the fleet median {outlier.group(3)}")  # fmt: skip
+    fleet.note(f"speed break: host-b at a quarter core and one running request served "
+               f"{slow.group(2)}, then {slow.group(3)} output tok/s (floor 60)")  # fmt: skip
 
 
 def test_a_failed_upgrade_is_rolled_back(fleet: Fleet) -> None:

@@ -255,18 +255,26 @@ def test_a_fifo_is_refused_without_hanging(tmp_path: Path) -> None:
 # -- the fleet --------------------------------------------------------------------------------
 
 
-def test_a_half_speed_host_is_flagged_in_a_fleet_of_two() -> None:
-    verdicts = fleet_outliers({"host-a": _result(100.0), "host-b": _result(50.0)})
-    assert verdicts["host-a"].outcome == "passed"
-    assert verdicts["host-b"].outcome == "failed"
+def test_a_fleet_of_two_has_no_median_to_be_an_outlier_of_and_says_so() -> None:
+    """Issue 37: with two hosts the "median" is their mean, so one fast host made the other an
+    outlier (a healthy host measured while its neighbour was busy was rolled back)."""
+    verdicts = fleet_outliers({"host-a": _result(100.0), "host-b": _result(20.0)})
+    assert {v.outcome for v in verdicts.values()} == {"skipped"}
     assert verdicts["host-b"].message == (
-        "host-b: 50.0 output tok/s is 0.67 of the fleet median 75.0 (fraction 0.7): an outlier"
+        "host-b: fleet all has 2 hosts; below 3 there is no median to be an outlier of: judged "
+        "by the floors only (set floors to check a small fleet's speed)"
     )
 
 
-def test_two_hosts_within_the_fraction_both_pass() -> None:
-    verdicts = fleet_outliers({"host-a": _result(100.0), "host-b": _result(60.0)})
-    assert {v.outcome for v in verdicts.values()} == {"passed"}  # 60 / 80 = 0.75
+def test_a_fleet_of_two_is_judged_by_its_floors() -> None:
+    report = judge(
+        {"host-a": _result(100.0), "host-b": _result(20.0)},
+        floors=Floors(min_output_tok_s=50.0),
+    )
+    assert [v.host for v in report.verdicts if not v.passed] == ["host-b"]
+    assert all(v.median_output_tok_s is None for v in report.verdicts)
+    (finding,) = report.findings()
+    assert finding.code == "speed_min_output_tok_s"
 
 
 def test_a_half_speed_host_is_flagged_in_a_fleet_of_three() -> None:
@@ -301,7 +309,7 @@ def test_a_fleet_of_one_host_has_no_outlier_check_and_says_so() -> None:
     (verdict,) = report.verdicts
     outlier = next(c for c in verdict.checks if c.name == "outlier")
     assert outlier.outcome == "skipped"
-    assert "a fleet of one host has no median to compare with" in outlier.message
+    assert "fleet all has 1 host; below 3 there is no median" in outlier.message
     assert verdict.passed and verdict.median_output_tok_s is None and verdict.ratio is None
     assert report.findings() == ()
 
@@ -329,7 +337,7 @@ def test_hosts_of_one_fleet_must_have_run_the_same_benchmark() -> None:
 
 
 def test_a_fleet_that_served_nothing_fails_every_host() -> None:
-    verdicts = fleet_outliers({"a": _result(0.0), "b": _result(0.0)})
+    verdicts = fleet_outliers({"a": _result(0.0), "b": _result(0.0), "c": _result(0.0)})
     assert all(
         v.outcome == "failed" and "no host of it served" in v.message for v in verdicts.values()
     )

@@ -254,7 +254,7 @@ def test_a_malformed_golden_file_exits_2_naming_the_field(
     ("reply", "message"),
     [
         ((500, {"error": "boom"}), "answered HTTP 500"),
-        ((200, b"<html>"), "is not JSON"),
+        ((200, b"<html>"), "is not valid JSON"),
         ((200, {"text": "no logprobs"}), "has no meta_info object"),
     ],
 )

@@ -174,7 +174,11 @@ VERIFY_BLOCKED = textwrap.dedent(
     from sglx.cli import main
 
     def blocked(folder, **kwargs):
-        Path(sys.argv[2]).write_text(str(folder))
+        # Written whole, then renamed: the test polls for the name, and a file it sees before
+        # its text is written read back empty (Path("."): issue 37's race).
+        ready = Path(sys.argv[2])
+        ready.with_suffix(".partial").write_text(str(folder))
+        ready.with_suffix(".partial").rename(ready)
         time.sleep(120)
 
     verify_command.check_files = blocked

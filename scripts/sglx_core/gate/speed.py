@@ -6,8 +6,13 @@ its output tok/s is below `fraction` (0.7 by default) of the median of the hosts
 same bundle and profile, its fleet. The rule needs no absolute number, which no one can give
 for every model, arch and profile before the first run, and it still catches the host that
 serves at half the speed of its peers: a lowered power cap, a link trained down, a device
-throttled or missing. In a fleet of two the median is their mean, so a host below 0.54 of the
-other fails; in a fleet of one there is nothing to compare, and the verdict says so.
+throttled or missing. Below MIN_FLEET hosts there is no median to be an outlier of: in a fleet
+of two the "median" is the mean of two numbers, so one fast host would make the other an
+outlier. Such a fleet is judged by its floors only, and the verdict says so.
+
+An outlier verdict on a fresh measurement is a suspicion, not a finding: the caller measures
+the suspect again (`confirm`), and only a host slow twice fails. A host whose neighbour was busy
+for a minute is not rolled back.
 
 Absolute floors (CVS-style: min output tok/s, max mean TPOT, max p99 TTFT, min goodput) are
 optional, per fleet or for all. A run in which some requests failed is a finding of its own.
@@ -35,6 +40,8 @@ from sglx_core.report import Finding, Result, Table
 from sglx_core.util import atomic_write_bytes, atomic_write_text
 
 DEFAULT_FRACTION = 0.7
+MIN_FLEET = 3
+"""The fewest hosts whose median an outlier is judged against; smaller fleets: floors only."""
 REPORT_VERSION = "1"
 ONE_FLEET = "all"
 """The fleet key of every host when the caller names none."""
@@ -113,7 +120,7 @@ class HostVerdict:
     fleet: str
     result: BenchResult
     fleet_size: int
-    median_output_tok_s: float | None  # None in a fleet of one
+    median_output_tok_s: float | None  # None in a fleet below MIN_FLEET
     checks: tuple[Check, ...]
 
     @property
@@ -336,24 +343,28 @@ def fleet_outliers(
 
     `fleet` maps each host to its fleet key (the bundle and the profile it serves, e.g.
     "sha256:ab12…/mi300x-tp8"); hosts with one key are compared with each other only. None
-    puts every host in one fleet. A fleet of one host is `skipped`, with the reason."""
+    puts every host in one fleet. In a fleet below MIN_FLEET hosts the check is `skipped`,
+    with the reason: it is judged by its floors only."""
     _check_fraction(fraction)
     keys = _fleet_of(results, fleet)
     verdicts: dict[str, Check] = {}
     for key, hosts in _groups(results, keys).items():
-        if len(hosts) == 1:
-            (host,) = hosts
-            verdicts[host] = Check(
-                "outlier",
-                "skipped",
-                f"{host}: the only host of fleet {key}: a fleet of one host has no median to "
-                "compare with; set floors to check it alone",
-            )
+        if len(hosts) < MIN_FLEET:
+            for host in hosts:
+                verdicts[host] = Check("outlier", "skipped", _too_few(host, key, len(hosts)))
             continue
         median = statistics.median(results[host].output_tok_s for host in hosts)
         for host in hosts:
             verdicts[host] = _median_check(host, key, results[host], median, fraction)
     return verdicts
+
+
+def _too_few(host: str, key: str, size: int) -> str:
+    hosts = "host" if size == 1 else "hosts"
+    return (
+        f"{host}: fleet {key} has {size} {hosts}; below {MIN_FLEET} there is no median to be an "
+        "outlier of: judged by the floors only (set floors to check a small fleet's speed)"
+    )
 
 
 def _floor_checks(host: str, result: BenchResult, floors: Floors) -> list[Check]:
@@ -448,7 +459,9 @@ def judge(
         key, result = keys[host], results[host]
         hosts = groups[key]
         median = (
-            None if len(hosts) == 1 else statistics.median(results[h].output_tok_s for h in hosts)
+            None
+            if len(hosts) < MIN_FLEET
+            else statistics.median(results[h].output_tok_s for h in hosts)
         )
         checks = (
             _completed_check(host, result),
