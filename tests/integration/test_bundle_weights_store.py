@@ -127,7 +127,7 @@ def test_the_upgrade_carries_no_weights_and_reuses_the_store_entry(
     assert sorted(p.name for p in models.iterdir()) == [world.hex]  # no staging left
 
 
-def test_a_tampered_entry_is_placed_again_and_a_delta_never_mounts_it(
+def test_a_tampered_entry_is_replaced_only_when_asked_and_a_delta_never_mounts_it(
     world: World, site: Path, sglx_json: JsonRunner, docker: Any
 ) -> None:
     models, state = site / "models", str(site / "state")
@@ -138,7 +138,14 @@ def test_a_tampered_entry_is_placed_again_and_a_delta_never_mounts_it(
     shard = entry / "model-00000-of-00002.safetensors"
     good = shard.read_bytes()
     flip_a_byte(shard)
-    code, again = sglx_json(*install, str(world.bundles["v1"]))
+    # Never replaced unasked (issue 37): every image mounting the entry would serve its bytes.
+    code, refused = sglx_json(*install, str(world.bundles["v1"]))
+    assert code == 2, refused
+    [error] = refused["errors"]
+    assert "install never replaces an entry that holds other bytes" in error["message"]
+    assert "--replace-weights" in error["hint"]
+    assert shard.read_bytes() != good  # left as it was found
+    code, again = sglx_json(*install, "--replace-weights", str(world.bundles["v1"]))
     assert code == 0, again
     assert again["data"]["steps"]["weights"]["status"] == "done"
     assert shard.read_bytes() == good
@@ -152,6 +159,43 @@ def test_a_tampered_entry_is_placed_again_and_a_delta_never_mounts_it(
     )
     assert "install the bundle v1 first" in error["hint"]
     assert not has_image(docker, world.ids["v2"])  # nothing was loaded
+
+
+def test_a_bundle_naming_another_models_digest_never_takes_its_entry(
+    world: World, site: Path, sglx_json: JsonRunner, docker: Any
+) -> None:
+    """Issue 37 item 1: an unsigned bundle re-hashed to name another model's weights digest
+    removed that model's store entry and put its own weights there. The entry is named by the
+    digest of the manifest the bundle carries: a mismatch is refused naming both, before
+    anything is written or loaded."""
+    from sglx.bundle.manifest import dump, parse, render_sums, sha256_bytes
+
+    other = "sha256:" + "ab" * 32
+    forged = site / "forged"
+    shutil.copytree(world.bundles["v1"], forged)
+    manifest = parse((forged / "bundle.json").read_bytes(), "bundle.json")
+    assert manifest.weights is not None
+    manifest = manifest.model_copy(
+        update={"weights": manifest.weights.model_copy(update={"digest": other})}
+    )
+    raw = dump(manifest)
+    (forged / "bundle.json").write_bytes(raw)
+    (forged / "SHA256SUMS").write_text(render_sums(manifest, sha256_bytes(raw), None))
+    models = site / "models"
+    theirs = models / other.removeprefix("sha256:")
+    theirs.mkdir(parents=True)
+    (theirs / "sglx-weights.json").write_text("another model's\n")
+    install = ("bundle", "install", "--state", str(site / "state"), "--models-root", str(models))
+    code, refused = sglx_json(*install, "-q", str(forged))
+    assert code == 2, refused
+    [error] = refused["errors"]
+    assert f"bundle.json names the weights {other}" in error["message"]
+    assert f"is of {world.digest}" in error["message"]
+    assert (theirs / "sglx-weights.json").read_text() == "another model's\n"
+    assert sorted(p.name for p in models.iterdir()) == [theirs.name]
+    assert not has_image(docker, world.ids["v1"])  # nothing was loaded
+    code, refused = sglx_json(*install, "-q", "--replace-weights", str(forged))
+    assert code == 2 and "is of" in refused["errors"][0]["message"], refused
 
 
 def install_sh(bundle: Path, site: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -165,6 +165,13 @@ def register(
         "DIR/<digest hex> and mounted from there (default: $SGLX_MODELS_ROOT or the profile's "
         "weights.store, /var/lib/sglx/models); --weights-dir places them by name instead",
     )
+    p.add_argument(
+        "--replace-weights",
+        action="store_true",
+        help="replace a weights-store entry that holds other bytes than the bundle's (never "
+        "done unasked: every image that mounts the entry would serve them); the bundle's "
+        "bytes are checked first",
+    )
     p.set_defaults(func=_cmd_bundle_install)
 
     p = verbs.add_parser(
@@ -259,5 +266,6 @@ def _cmd_bundle_install(args: argparse.Namespace) -> Result:
         jobs=_bundle_jobs(args),
         jit_root=args.jit_root,
         models_root=args.models_root,
+        replace_weights=args.replace_weights,
     )
     return install_bundle(args.bundle, options, Progress("bundle install", quiet=args.quiet))

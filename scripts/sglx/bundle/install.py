@@ -36,7 +36,13 @@ from sglx.bundle.manifest import BundleManifest, parse, sha256_bytes
 from sglx.bundle.record import InstallRecord
 from sglx.bundle.source import bundle_folder
 from sglx.bundle.verify import SignaturePolicy, check_files, read_manifest_bytes
-from sglx.bundle.weights_store import models_root, place_in_store, store_entry
+from sglx.bundle.weights_store import (
+    carried_digest,
+    models_root,
+    place_in_store,
+    store_entry,
+    trusted_root,
+)
 from sglx.engine import docker_client
 from sglx.progress import Progress
 from sglx_core.errors import SglxError
@@ -60,6 +66,8 @@ class InstallOptions:
     jit_root: Path | None = None
     # The weights store's root; None = $SGLX_MODELS_ROOT, else the run spec's models_root.
     models_root: Path | None = None
+    # Replace a store entry that holds other bytes (never done unasked).
+    replace_weights: bool = False
 
 
 @dataclass
@@ -173,6 +181,7 @@ def _outputs_outside(bundle: Path, options: InstallOptions) -> None:
         ("venv (--venv)", options.venv),
         ("weights folder (--weights-dir)", options.weights_dir),
         ("weights store (--models-root)", options.models_root),
+        ("JIT cache root (--jit-root)", options.jit_root),
     ):
         if path is None:
             continue
@@ -222,13 +231,17 @@ def _plan(bundle: Path, raw: bytes, client: Any, options: InstallOptions) -> Pla
     missing = [] if has_image else engine_missing(client, manifest.image)
     if missing:
         raise refusal(manifest.image, missing)
+    carried_digest(bundle, manifest)
+    _jit_root_trusted(bundle, options)
     target = _weights_target(manifest, options)
     weights_done = target is not None and _weights_placed(target, manifest)
     store_root, store_problem = None, None
     if target is None and manifest.weights is not None:
         store_root = models_root(bundle, options.models_root)
     if store_root is not None:
-        target, store_problem = store_entry(store_root, manifest, options.jobs)
+        target, store_problem = store_entry(
+            store_root, manifest, options.jobs, replace=options.replace_weights
+        )
         weights_done = store_problem is None
     needs: dict[Path, int] = {options.state: STATE_MARGIN}
     if not has_image:
@@ -242,6 +255,34 @@ def _plan(bundle: Path, raw: bytes, client: Any, options: InstallOptions) -> Pla
         needs[options.venv] = needs.get(options.venv, 0) + 3 * wheels
     require_space(needs, "installing the bundle")
     return Plan(has_image, target, weights_done, store_root, store_problem)
+
+
+def _jit_root_trusted(bundle: Path, options: InstallOptions) -> None:
+    """Refuse a run spec whose JIT cache root is not this sglx's own for the arch, unless the
+    site names the root (--jit-root, $SGLX_JIT_ROOT): install creates and chowns a folder there
+    as root, and a bundle does not choose where."""
+    if options.jit_root is not None or os.environ.get(ROOT_ENV):
+        return
+    path = bundle / layout.RUN_SPEC
+    try:
+        data = read_json(path, what="run spec", max_bytes=layout.MAX_META_BYTES)
+    except SglxError:
+        return  # the start line then says why there is none
+    cache = data.get("jit_cache") if isinstance(data, dict) else None
+    named = cache.get("host_root") if isinstance(cache, dict) else None
+    if named is None:
+        return
+    arch = data.get("arch")
+    trusted = trusted_root(arch, "jit_root")
+    if named != trusted:
+        raise SglxError(
+            f"the bundle's {layout.RUN_SPEC} names the JIT cache root {named!r}, but this sglx's "
+            f"profile of arch {arch!r} names {trusted!r}: a bundle does not choose where install "
+            "writes as root; nothing was written",
+            hint=f"pass --jit-root {named} (or set {ROOT_ENV}) if the site means that folder",
+            code="usage",
+            path=str(path),
+        )
 
 
 def _scan_report_findings(bundle: Path) -> list[Finding]:

@@ -4,10 +4,17 @@ A bundle's weights outside its image go to `<root>/<digest hex>`, the root being
 $SGLX_MODELS_ROOT or the run spec's (meta/run.json: the profile's weights.store). The entry is
 checked file by file against the bundle's list (bundle.json weights.files, or its weights
 files) and its manifest digest: a matching entry is kept (an image-only upgrade copies nothing,
-a rollback finds it), one that does not match is placed again from the bundle. A delta that
-names its parent's weights without carrying them is refused before anything is loaded when the
-entry is missing or does not match, naming the parent bundle that carries them. A bundle made
-before the store (no models_root in its run spec) keeps the older way: --weights-dir.
+a rollback finds it). A delta that names its parent's weights without carrying them is refused
+before anything is loaded when the entry is missing or does not match, naming the parent bundle
+that carries them. A bundle made before the store (no models_root in its run spec) keeps the
+older way: --weights-dir.
+
+What a bundle claims is not where its bytes go (issue 37): the entry's name is the digest of
+the manifest the bundle carries, computed here, and a bundle.json naming another digest is
+refused naming both, so one bundle can never take another model's entry. An entry that is there
+and holds other bytes is never replaced unless the operator asks (--replace-weights), and the
+bundle's root for the store must be the one this sglx's profile of the arch names, unless the
+site names one: a bundle does not choose where root writes.
 """
 
 from __future__ import annotations
@@ -20,11 +27,16 @@ from sglx.progress import Progress
 from sglx.weights import store
 from sglx_core.errors import SglxError
 from sglx_core.untrusted import read_json
+from sglx_core.weights_manifest import manifest_digest
+
+REPLACE_FLAG = "--replace-weights"
 
 
 def models_root(bundle: Path, given: Path | None) -> Path | None:
-    """The store's root for this bundle; None for a bundle whose run spec names none."""
-    default = None
+    """The store's root for this bundle; None for a bundle whose run spec names none. A root
+    the run spec names is taken only when it is this sglx's own for the arch (`trusted_root`),
+    or when the site names one (`given`, $SGLX_MODELS_ROOT)."""
+    default, arch = None, None
     path = bundle / layout.RUN_SPEC
     if path.is_file():
         try:
@@ -33,13 +45,63 @@ def models_root(bundle: Path, given: Path | None) -> Path | None:
             data = None
         value = data.get("models_root") if isinstance(data, dict) else None
         default = value if isinstance(value, str) and value.startswith("/") else None
-    return store.root(given, default)
+        arch = data.get("arch") if isinstance(data, dict) else None
+    root = store.root(given, default)
+    if root is not None and default is not None and root == Path(default):
+        trusted = trusted_root(arch)
+        if trusted is None or Path(trusted) != root:
+            raise SglxError(
+                f"the bundle's {layout.RUN_SPEC} names the weights store {default!r}, but this "
+                f"sglx's profile of arch {arch!r} names {trusted!r}: a bundle does not choose "
+                "where install writes as root; nothing was written",
+                hint=f"pass --models-root {default} (or set SGLX_MODELS_ROOT) if the site "
+                "means that folder, or use a bundle made for this sglx",
+                code="usage",
+                path=str(path),
+            )
+    return root
 
 
-def store_entry(root: Path, manifest: BundleManifest, jobs: int) -> tuple[Path, str | None]:
+def trusted_root(arch: object, field: str = "models_root") -> str | None:
+    """The root this sglx's own profile of `arch` names for the store (`models_root`) or the
+    JIT cache folders (`jit_root`); None for an arch this sglx does not know."""
+    from sglx_core.profile import load_profile
+
+    if not isinstance(arch, str):
+        return None
+    try:
+        profile = load_profile(arch)
+    except SglxError:
+        return None
+    if field == "jit_root":
+        return profile.container.jit_cache.host_root
+    return str(profile.weights.store)
+
+
+def carried_digest(bundle: Path, manifest: BundleManifest) -> None:
+    """Refuse carried weights whose own manifest is not the digest bundle.json names: the entry
+    is named by the bytes, never by the claim."""
+    weights = manifest.weights
+    if weights is None or not weights.carried or weights.path is None:
+        return
+    found = manifest_digest(bundle / weights.path)
+    if found != weights.digest:
+        raise SglxError(
+            f"bundle.json names the weights {weights.digest}, but the weights manifest the bundle "
+            f"carries ({weights.path}/sglx-weights.json) is of {found}; nothing was written",
+            hint="the bundle was altered after it was made: copy it again from its source, and "
+            "require a signature (--allowed-signers) so an altered bundle is refused",
+            code="corrupt",
+            path=str(bundle / weights.path),
+        )
+
+
+def store_entry(
+    root: Path, manifest: BundleManifest, jobs: int, replace: bool = False
+) -> tuple[Path, str | None]:
     """The weights' entry under `root` and why it is not theirs (None: it is). Weights the
     bundle does not carry are refused here, before anything is written or loaded, unless their
-    entry matches."""
+    entry matches; an entry that is there with other bytes is refused unless `replace`."""
     weights = manifest.weights
     assert weights is not None
     entry = store.entry(root, weights.digest)
@@ -54,6 +116,16 @@ def store_entry(root: Path, manifest: BundleManifest, jobs: int) -> tuple[Path, 
             hint=f"install the bundle {name} first (it carries them: `sglx bundle install "
             f"{name}` or `sh {name}/install.sh`), then this one; or pass --models-root ROOT of "
             "the store that holds them",
+            code="weights_store",
+            path=str(entry),
+        )
+    if problem is not None and problem != "is not there" and not replace:
+        raise SglxError(
+            f"the weights store's entry {entry} {problem}; install never replaces an entry "
+            "that holds other bytes, since every image that mounts it would serve them; "
+            "nothing was written",
+            hint=f"look at what changed there; to put the bundle's weights in its place, run "
+            f"install again with {REPLACE_FLAG} (the bundle's bytes are checked first)",
             code="weights_store",
             path=str(entry),
         )
