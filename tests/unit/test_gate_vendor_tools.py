@@ -687,3 +687,26 @@ def test_result_invariants() -> None:
         "findings": [],
         "numbers": {"n": 1},
     }
+
+
+def test_all_reduce_a_second_verdict_never_overrides_the_first() -> None:
+    """Issue 37 item 5: a `0 OK` footer after `12 FAILED` passed a failing collective."""
+    text = sample("rccl_tests", "all_reduce_mi300x_8rank_mpi.txt")
+    forged = text.replace(
+        "# Out of bounds values : 0 OK",
+        "# Out of bounds values : 12 FAILED\n# Out of bounds values : 0 OK",
+    )
+    refused(rccl_tests.parse_all_reduce, forged, "a second `# Out of bounds values` verdict")
+    contradicts = text.replace("# Out of bounds values : 0 OK", "# Out of bounds values : 3 OK")
+    refused(rccl_tests.parse_all_reduce, contradicts, "the count and the verdict disagree")
+
+
+def test_all_reduce_a_superscript_digit_is_refused_not_a_traceback() -> None:
+    """Issue 37 item 9: `str.isdigit` takes '²', which int() then raises ValueError on."""
+    text = sample("rccl_tests", "all_reduce_mi300x_8rank_mpi.txt")
+    row = "  1073741824     268435456     float     sum      -1   5990.7  179.24  313.66      0"
+    forged = text.replace(row, row.replace("1073741824", "²073741824", 1))
+    try:
+        rccl_tests.parse_all_reduce(forged)
+    except SglxError as error:
+        assert error.hint is not None

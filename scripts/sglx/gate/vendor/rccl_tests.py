@@ -38,9 +38,11 @@ _HINT = (
     "capture the whole output of `all_reduce_perf -b 8 -e 8G -f 2 -g 8` again, from its "
     "`# nThread` line to `# Avg bus bandwidth`"
 )
-_TAG = re.compile(r"^\[\d+,\d+\]<std(?:out|err)>:")
-_OUT_OF_BOUNDS = re.compile(r"^#\s*Out of bounds values\s*:\s*(?P<n>\d+)\s*(?P<s>OK|FAILED)?")
-_AVG_BUSBW = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(?P<v>\S+)")
+_TAG = re.compile(r"^\[\d+,\d+\]<std(?:out|err)>:", re.ASCII)
+_OUT_OF_BOUNDS = re.compile(
+    r"^#\s*Out of bounds values\s*:\s*(?P<n>\d+)\s*(?P<s>OK|FAILED)?", re.ASCII
+)
+_AVG_BUSBW = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(?P<v>\S+)", re.ASCII)
 _TIME_COLUMNS = ("time", "cputime")
 
 
@@ -114,12 +116,29 @@ def parse_all_reduce(data: str | bytes) -> AllReduceReport:
                     )
                 layout = _layout(tokens, label, number)
             elif match := _OUT_OF_BOUNDS.match(line):
+                # A second verdict must not override the first (a `12 FAILED` followed by a
+                # `0 OK` footer passed), nor may the word contradict the count.
+                if out_of_bounds is not None:
+                    raise field_error(
+                        _WHAT, f"line {number}", "a second `# Out of bounds values` verdict", _HINT
+                    )
                 out_of_bounds = int(match["n"])
+                if match["s"] is not None and (match["s"] == "OK") != (out_of_bounds == 0):
+                    raise field_error(
+                        _WHAT,
+                        f"line {number}",
+                        f"`{out_of_bounds} {match['s']}`: the count and the verdict disagree",
+                        _HINT,
+                    )
             elif match := _AVG_BUSBW.match(line):
+                if avg is not None:
+                    raise field_error(
+                        _WHAT, f"line {number}", "a second `# Avg bus bandwidth` line", _HINT
+                    )
                 avg = _number(match["v"], number, "the average bus bandwidth")
             continue
         first = line.split()[0]
-        if not first.isdigit():
+        if not (first.isascii() and first.isdigit()):
             continue
         if layout is None:
             raise field_error(
@@ -205,7 +224,7 @@ def _row(cells: list[str], layout: _Layout, number: int) -> Row:
         )
     size = cells[layout.size]
     count = cells[layout.count]
-    if not size.isdigit() or not count.isdigit():
+    if not (size.isascii() and size.isdigit() and count.isascii() and count.isdigit()):
         raise field_error(
             _WHAT, f"line {number}", f"size {size!r} or count {count!r} is not an integer", _HINT
         )
