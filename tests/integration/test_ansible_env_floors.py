@@ -65,7 +65,7 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, st
         capture_output=True, text=True, timeout=300, check=False,
         env={**os.environ, "ANSIBLE_CONFIG": str(ANSIBLE / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
              # the template's escaping filters are the role's own (rendered here outside it)
-             "ANSIBLE_FILTER_PLUGINS": str(ANSIBLE / "roles/sglang_service/filter_plugins")},
+             "ANSIBLE_FILTER_PLUGINS": str(ANSIBLE / "roles/sglx_escape/filter_plugins")},
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr
     files = {}

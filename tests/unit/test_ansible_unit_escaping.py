@@ -1,6 +1,6 @@
 """Issue 21, item 3: the server's systemd unit and environment file carry each value as it is.
 
-sglang_service's templates pass every value through filter_plugins/sglx_systemd.py: one word
+sglang_service's templates pass every value through the filters of the role sglx_escape: one word
 of a command line whatever it holds (a space, quotes, a backslash, `%h`, `$HOME`, a lone `;`),
 and a control character refused, by the role's preflight first, naming the variable.
 
@@ -502,8 +502,8 @@ def test_arch_show_stops_on_a_control_character(
 
 
 def _plugin() -> ModuleType:
-    path = ROLE / "filter_plugins" / "sglx_systemd.py"
-    spec = importlib.util.spec_from_file_location("sglx_systemd", path)
+    path = ROLE.parent / "sglx_escape" / "filter_plugins" / "sglx_escape.py"
+    spec = importlib.util.spec_from_file_location("sglx_escape", path)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -55,8 +55,8 @@ GIDS = {"video": 4401, "render": 4402}
 def _role_filters() -> dict[str, Any]:
     import importlib.util
 
-    path = ROLE / "filter_plugins" / "sglx_systemd.py"
-    spec = importlib.util.spec_from_file_location("sglx_systemd", path)
+    path = ROLE.parent / "sglx_escape" / "filter_plugins" / "sglx_escape.py"
+    spec = importlib.util.spec_from_file_location("sglx_escape", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
