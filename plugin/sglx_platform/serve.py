@@ -78,7 +78,11 @@ def preflight_mode() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    own, user_args = serving.split_own_flags(list(sys.argv[1:] if argv is None else argv))
+    try:
+        own, user_args = serving.split_own_flags(list(sys.argv[1:] if argv is None else argv))
+    except SglxError as error:
+        _say(f"refused before starting the server: {error}")
+        return 2
     if own:
         return _explain(own, user_args)
     try:

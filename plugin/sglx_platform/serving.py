@@ -32,6 +32,7 @@ from typing import Any
 
 from sglx_core.errors import SglxError
 from sglx_core.profile import Profile
+from sglx_core.serving.flags import read_args
 from sglx_core.serving.hardware import Accelerators, detect
 from sglx_core.serving.model import ModelShape, read_model
 from sglx_core.serving.resolve import Resolution, parse_flags, resolve
@@ -175,11 +176,13 @@ def _choose(
 
 def split_own_flags(argv: Sequence[str]) -> tuple[set[str], list[str]]:
     """sglx-serve's own flags (only when --list-profiles, --dry-run or --version is among
-    them: --json alone is left to the server) and the rest."""
-    own = {a for a in argv if a in OWN_FLAGS}
-    if not own & {LIST_FLAG, DRY_RUN_FLAG, VERSION_FLAG}:
+    them: --json alone is left to the server) and the rest. The words are read as sglang's
+    parser reads them (sglx_core.serving.flags), so a word that is another flag's value is
+    never taken for one of these; raises SglxError where that parser would refuse them."""
+    read = read_args(argv, own=OWN_FLAGS)
+    if not read.own & {LIST_FLAG, DRY_RUN_FLAG, VERSION_FLAG}:
         return set(), list(argv)
-    return own, [a for a in argv if a not in OWN_FLAGS]
+    return read.own, read.argv
 
 
 def log_lines(result: Plan) -> list[str]:

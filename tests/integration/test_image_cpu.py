@@ -233,6 +233,26 @@ def test_the_server_started_without_serving_flags_chose_the_cpu_profile(
     assert json.loads(state)["serving_profile"] == "cpu-host"
 
 
+def test_the_printed_command_is_what_the_running_server_was_started_with(
+    served: tuple[str, Path, Any],
+) -> None:
+    """Issue 37 item 3: `sglx-serve --dry-run`'s command, in the same container with the same
+    environment, is word for word the /proc/PID/cmdline of the server sglx-serve started."""
+    _, _, container = served
+    code, out = container.exec_run(["sglx-serve", "--dry-run", "--json"], stderr=False)
+    assert code == 0, out
+    printed = json.loads(out)["command"]
+    find = (
+        "import pathlib; [print(p.read_bytes().decode()) for p in pathlib.Path('/proc')"
+        ".glob('[0-9]*/cmdline') if b'\\0-m\\0sglang.launch_server\\0' in p.read_bytes()]"
+    )
+    code, out = container.exec_run(["python", "-c", find], stderr=False)
+    assert code == 0, out
+    # The server and any child it forked (forked children keep the parent's cmdline).
+    running = [line.split("\0")[:-1] for line in out.decode().splitlines() if line]
+    assert running and all(words == printed for words in running), (running, printed)
+
+
 def test_the_jit_cache_folder_is_private_mounted_and_survives_a_restart(
     docker: Any, started: Started, served: tuple[str, Path, Any]
 ) -> None:

@@ -413,3 +413,63 @@ def test_own_flags_need_list_or_dry_run() -> None:
     assert serving.split_own_flags(["--json", "--tp", "2"]) == (set(), ["--json", "--tp", "2"])
     own, rest = serving.split_own_flags(["--tp", "2", "--dry-run", "--json"])
     assert own == {"--dry-run", "--json"} and rest == ["--tp", "2"]
+
+
+# --- the user's flags as sglang's parser reads them (issue 37 items 3 and 8) -----------------
+
+
+def test_an_abbreviated_flag_is_read_as_the_flag_sglang_takes_it_for(run: Run) -> None:
+    """`--mem-fraction 0.05` IS `--mem-fraction-static 0.05` to sglang's parser (allow_abbrev):
+    the capacity check refuses both alike (before, the abbreviation passed and --dry-run said
+    0.8 came from the serving profile), and `--dtype float32` doubles the weights it counts."""
+    args = ("--tp", "8", "--context-length", "131072")
+    for spelled in ("--mem-fraction-static", "--mem-fraction", "--mem-frac"):
+        code, out, _ = run(
+            "8x MI300X", "llama-3.1-70b", "--dry-run", "--json", *args, spelled, "0.05"
+        )
+        assert code == 2, (spelled, out)
+        assert json.loads(out)["error"]["code"] == "does_not_fit", (spelled, out)
+    # Where it fits, the provenance names the flag sglang took, set by the user.
+    code, out, _ = run("8x MI300X", "llama-3.1-70b", "--dry-run", "--json", *args,
+                       "--mem-frac", "0.7")  # fmt: skip
+    assert code == 0, out
+    (fraction,) = [s for s in json.loads(out)["settings"] if s["name"] == "--mem-fraction-static"]
+    assert (fraction["value"], fraction["layer"]) == ("0.7", "user argument"), fraction
+    code, out, _ = run("8x MI300X", "llama-3.1-70b", "--dry-run", "--json", "--tp", "8",
+                       "--dtype", "float32", "--context-length", "1024")  # fmt: skip
+    assert code == 0, out
+    served = json.loads(out)["capacity"]["weights_bytes_per_device"]
+    code, out, _ = run("8x MI300X", "llama-3.1-70b", "--dry-run", "--json", "--tp", "8",
+                       "--context-length", "1024")  # fmt: skip
+    assert served == 2 * json.loads(out)["capacity"]["weights_bytes_per_device"]
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (("--tp", "abc"), "--tp-size 'abc' is not an integer"),
+        (("--tp", "nan"), "--tp-size 'nan' is not an integer"),
+        (("--tp", "inf"), "--tp-size 'inf' is not an integer"),
+        (("--context-length", "abc"), "--context-length 'abc' is not an integer"),
+        (("--context-length", "1e400"), "--context-length '1e400' is not an integer"),
+        (("--mem-fraction-static", "abc"), "--mem-fraction-static 'abc' is not a finite number"),
+        (("--page-size", "x"), "--page-size 'x' is not an integer"),
+        (("--pp", "2"), "--pp is ambiguous"),
+        (("--no-such-flag",), "--no-such-flag is not an argument of sglang 0.5.23"),
+        (("--served-model-name", "--dry-run"), "--served-model-name expects a value"),
+    ],
+)
+def test_a_flag_sglang_would_refuse_is_refused_with_exit_2_and_no_traceback(
+    run: Run, args: tuple[str, ...], said: str
+) -> None:
+    code, out, err = run("8x MI300X", "llama-3.1-70b", *args)
+    assert code == 2, out + err
+    assert f"refused before starting the server: {said}" in err, err
+
+
+def test_a_word_that_is_a_flags_value_is_never_sglx_serves_own() -> None:
+    """`--version` as the value of --api-key (argparse's `=` form) is the key, not a request
+    to print the version and exit."""
+    assert serving.split_own_flags(["--api-key=--version"]) == (set(), ["--api-key=--version"])
+    own, rest = serving.split_own_flags(["--dry-run", "--api-key=--version", "--tp", "2"])
+    assert own == {"--dry-run"} and rest == ["--api-key=--version", "--tp", "2"]

@@ -7,9 +7,10 @@ value is recorded as such (the log line and `--dry-run` show it). A profile vari
 top (profile.server: defaults and disabled features the plugin writes when a field is unset)
 is listed as "arch default"; what nobody sets is sglang's default and is not listed.
 
-User arguments are read without importing sglang: `--flag value`, `--flag=value` and a bare
-`--flag` (followed by another `--flag` or nothing). sglang's aliases of the TP flag
-(`--tp-size`, `--tensor-parallel-size`) are read as `--tp`.
+User arguments are read as sglang's own parser reads them, without importing sglang
+(sglx_core.serving.flags: its option table, prefixes resolved, arities and types checked), then
+named as serving profiles name them: sglang's aliases of the TP flag (`--tp-size`,
+`--tensor-parallel-size`) are read as `--tp`.
 """
 
 from __future__ import annotations
@@ -69,24 +70,12 @@ def canonical(flag: str) -> str:
 
 
 def parse_flags(args: Sequence[str]) -> dict[str, str | None]:
-    """The flags of a launch_server argv, canonical name -> value (None for a bare flag); the
-    last occurrence wins, as in argparse. Tokens that are not flags (values) are skipped."""
-    found: dict[str, str | None] = {}
-    index = 0
-    while index < len(args):
-        token = args[index]
-        index += 1
-        if not token.startswith("--") or token == "--":
-            continue
-        name, eq, value = token.partition("=")
-        if eq:
-            found[canonical(name)] = value
-        elif index < len(args) and not args[index].startswith("--"):
-            found[canonical(name)] = args[index]
-            index += 1
-        else:
-            found[canonical(name)] = None
-    return found
+    """The flags of a launch_server argv, canonical name -> value (None for a bare flag), read
+    as sglang's parser reads them (an abbreviation is its flag; the last occurrence wins, as in
+    argparse). Raises SglxError where sglang's parser would refuse the argv."""
+    from sglx_core.serving.flags import read_args
+
+    return {canonical(flag): value for flag, value in read_args(args).values.items()}
 
 
 def arg_flag(name: str) -> str:

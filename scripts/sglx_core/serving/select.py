@@ -12,7 +12,7 @@ is chosen only when it matches the hardware it names: never a silent generic fal
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from sglx_core.errors import SglxError
@@ -95,7 +95,13 @@ def capacity_for(
     """The capacity check for this profile on this host, with the user's settings (ServerArgs
     field -> value) where given: TP, context length, memory fraction, KV dtype and page size."""
     from sglx_core.serving.capacity import check
+    from sglx_core.serving.model import served_dtype
 
+    # `--dtype float32` serves every weight in four bytes, twice what the shape counts (a
+    # float32 checkpoint is counted as sglang's auto rule serves it: float16).
+    dtype = served_dtype(shape.dtype, str(setting(profile, serving, "dtype", user) or "auto"))
+    if dtype == "float32" and shape.quantization is None:
+        shape = replace(shape, weight_bytes=shape.weight_bytes * 2)
     tp = int(setting(profile, serving, "tp_size", user) or 1)
     context = shape.max_position_embeddings
     if user and "context_length" in user:
