@@ -59,6 +59,18 @@ def open_regular(path: Path, *, what: str, hint: str | None = None) -> BinaryIO:
     return os.fdopen(fd, "rb")
 
 
+def is_plain_name(name: str) -> bool:
+    """Whether `name` names one entry of a folder: not empty, `.` or `..`, no `/` or `\\`, no
+    NUL or other control character (a NUL makes every path call raise a bare ValueError)."""
+    return (
+        bool(name)
+        and name not in (".", "..")
+        and "/" not in name
+        and "\\" not in name
+        and not any(ord(c) < 0x20 or ord(c) == 0x7F for c in name)
+    )
+
+
 def file_kind(mode: int) -> str:
     """What a non-regular file is, in words ("a FIFO"), from its `st_mode`."""
     for test, name in (

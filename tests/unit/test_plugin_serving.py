@@ -455,6 +455,7 @@ def test_an_abbreviated_flag_is_read_as_the_flag_sglang_takes_it_for(run: Run) -
         (("--mem-fraction-static", "abc"), "--mem-fraction-static 'abc' is not a finite number"),
         (("--page-size", "x"), "--page-size 'x' is not an integer"),
         (("--pp", "2"), "--pp is ambiguous"),
+        (("--tp", "0"), "--tp is 0; it must be at least 1"),
         (("--no-such-flag",), "--no-such-flag is not an argument of sglang 0.5.23"),
         (("--served-model-name", "--dry-run"), "--served-model-name expects a value"),
     ],

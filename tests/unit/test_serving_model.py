@@ -326,8 +326,10 @@ def test_missing_config_names_the_file(tmp_path: Path) -> None:
         {"x": "model.bin"},
         {"x": 7},
         [],
+        {"x": "model\u0000.safetensors"},
+        {"x": "model\n.safetensors"},
     ],
-    ids=["parent", "subfolder", "not safetensors", "not a name", "not an object"],
+    ids=["parent", "subfolder", "not safetensors", "not a name", "not an object", "NUL", "newline"],
 )
 def test_an_index_naming_files_elsewhere_is_refused(tmp_path: Path, weight_map: object) -> None:
     folder = write_model(tmp_path / "m", "qwen2.5-0.5b")

@@ -54,6 +54,13 @@ def _index_names_missing_tensor(src: Path) -> None:
     (src / "model.safetensors.index.json").write_text(json.dumps(index))
 
 
+def _index_names_a_nul_shard(src: Path) -> None:
+    """Issue 37 item 8/14: a NUL in a shard name made every path call raise a bare ValueError."""
+    index = _index(src)
+    index["weight_map"]["model.norm.weight"] = "model-00001\u0000-of-00004.safetensors"
+    (src / "model.safetensors.index.json").write_text(json.dumps(index))
+
+
 def _stale_index(src: Path) -> None:
     index = _index(src)
     del index["weight_map"]["model.norm.weight"]
@@ -114,6 +121,7 @@ def _garbled_index(src: Path) -> None:
         (_sharded, _missing_shard, "missing_shard", "missing"),
         (_sharded, _index_names_missing_tensor, "missing_tensor", "model.layers.9.mlp.up_proj"),
         (_sharded, _stale_index, "index_mismatch", "model.norm.weight"),
+        (_sharded, _index_names_a_nul_shard, "corrupt", "not a file in the checkpoint folder"),
         (_sharded, _shard_not_in_index, "index_mismatch", "model-00004-of-00004"),
         (_sharded, _two_files_no_index, "missing_index", "index"),
         (_sharded, _garbled_index, "corrupt", "index"),

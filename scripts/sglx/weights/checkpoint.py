@@ -29,7 +29,7 @@ from typing import Any, BinaryIO, Literal
 from sglx.weights.bounded_json import MAX_CONFIG_BYTES, MAX_INDEX_BYTES, read_json_file
 from sglx.weights.safetensors_io import SafetensorsFile, TensorEntry, read_header
 from sglx_core.errors import SglxError
-from sglx_core.untrusted import file_kind, open_regular
+from sglx_core.untrusted import file_kind, is_plain_name, open_regular
 from sglx_core.weights_manifest import MANIFEST_NAME
 
 WEIGHTS_SUFFIX = ".safetensors"
@@ -136,9 +136,9 @@ def source_kind(path: Path, roots: tuple[Path, ...]) -> SourceKind:
 
 
 def _shard_path(root: Path, index: Path, name: str, roots: tuple[Path, ...]) -> Path:
-    if "/" in name or "\\" in name or name in ("", ".", ".."):
+    if not is_plain_name(name):
         raise SglxError(
-            f"{index}: weight_map names '{name}', which is not a file in the checkpoint folder",
+            f"{index}: weight_map names {name!r}, which is not a file in the checkpoint folder",
             hint="shards must sit next to the index",
             code="corrupt",
             path=str(index),

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from sglx_core.errors import SglxError
-from sglx_core.untrusted import open_regular, read_json
+from sglx_core.untrusted import is_plain_name, open_regular, read_json
 
 CONFIG_FILE = "config.json"
 INDEX_FILE = "model.safetensors.index.json"
@@ -524,8 +524,7 @@ def _index_names(index: Path) -> list[str]:
         if (
             not isinstance(value, str)
             or not value.endswith(".safetensors")
-            or "/" in value
-            or "\\" in value
+            or not is_plain_name(value)
             or value.startswith(".")
             or len(value) > MAX_NAME_CHARS
         ):

@@ -102,7 +102,8 @@ def capacity_for(
     dtype = served_dtype(shape.dtype, str(setting(profile, serving, "dtype", user) or "auto"))
     if dtype == "float32" and shape.quantization is None:
         shape = replace(shape, weight_bytes=shape.weight_bytes * 2)
-    tp = int(setting(profile, serving, "tp_size", user) or 1)
+    tp_value = setting(profile, serving, "tp_size", user)
+    tp = 1 if tp_value is None else int(tp_value)  # --tp 0 is refused by check(), not TP 1
     context = shape.max_position_embeddings
     if user and "context_length" in user:
         context = int(user["context_length"])
@@ -127,12 +128,16 @@ def capacity_for(
         tp=tp,
         mem_fraction=fraction,
         kv_dtype=str(setting(profile, serving, "kv_cache_dtype", user)),
-        page_size=int(setting(profile, serving, "page_size", user) or 1),
+        page_size=_int_or(setting(profile, serving, "page_size", user), 1),
         context_length=int(context or 0),
         concurrency=serving.concurrency,
         devices_available=hw.count,
         fp8_kv_allowed=fp8_kv_allowed(profile),
     )
+
+
+def _int_or(value: Any, default: int) -> int:
+    return default if value is None else int(value)
 
 
 def _fact_int(hw: Accelerators, key: str) -> int | None:
