@@ -231,9 +231,9 @@ def _plan(bundle: Path, raw: bytes, client: Any, options: InstallOptions) -> Pla
     missing = [] if has_image else engine_missing(client, manifest.image)
     if missing:
         raise refusal(manifest.image, missing)
-    carried_digest(bundle, manifest)
     _jit_root_trusted(bundle, options)
     target = _weights_target(manifest, options)
+    carried_digest(bundle, manifest)
     weights_done = target is not None and _weights_placed(target, manifest)
     store_root, store_problem = None, None
     if target is None and manifest.weights is not None:
