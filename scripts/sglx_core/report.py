@@ -7,11 +7,20 @@ lines) or, with ``--json``, as one JSON envelope on stdout:
      "exit_code": 0 | 1 | 2, "data": {...}, "findings": [...], "errors": [...]}
 
 Exit codes (docs/reference/exit-codes.md): 0 ok, 1 findings, 2 usage or environment error.
+
+Reports echo what they read (a bundle's `created`, a scan report's findings, a tool's output),
+so the human text is made safe here, once, for every command (issue 37): every table cell,
+finding and error passes through `printable`, which writes a control character (a newline, an
+escape sequence, a C1 code) as its visible escape (`\\n`, `\\x1b`) and any value as text, so
+no value can forge a line of the report or clear the screen. Lines keep their own newlines
+(some commands print a file's text as one line) and escape every other control character. JSON
+needs nothing: its encoder escapes them.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -25,6 +34,19 @@ EXIT_FINDINGS = 1
 EXIT_ERROR = 2
 
 Status = Literal["ok", "findings", "error"]
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_CONTROL_BUT_NEWLINE = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]")
+
+
+def _escape(match: re.Match[str]) -> str:
+    return match.group().encode("unicode_escape").decode("ascii")
+
+
+def printable(value: object, *, keep_newlines: bool = False) -> str:
+    """`value` as text a terminal shows as it is: control characters as visible escapes."""
+    text = value if isinstance(value, str) else str(value)
+    return (_CONTROL_BUT_NEWLINE if keep_newlines else _CONTROL).sub(_escape, text)
 
 
 @dataclass(frozen=True)
@@ -54,16 +76,17 @@ class Table:
     title: str | None = None
 
     def render(self) -> str:
-        widths = [len(c) for c in self.columns]
-        for row in self.rows:
+        columns = [printable(c) for c in self.columns]
+        rows = [[printable(cell) for cell in row] for row in self.rows]
+        widths = [len(c) for c in columns]
+        for row in rows:
             for i, cell in enumerate(row):
                 widths[i] = max(widths[i], len(cell))
-        lines = [] if self.title is None else [self.title]
-        lines.append("  ".join(c.ljust(w) for c, w in zip(self.columns, widths, strict=True)))
+        lines = [] if self.title is None else [printable(self.title)]
+        lines.append("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)))
         lines.append("  ".join("-" * w for w in widths))
         lines.extend(
-            "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
-            for row in self.rows
+            "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows
         )
         return "\n".join(lines)
 
@@ -121,17 +144,17 @@ def render(
         return result.exit_code
     blocks = [t.render() for t in result.tables]
     if result.lines:
-        blocks.append("\n".join(result.lines))
+        blocks.append("\n".join(printable(line, keep_newlines=True) for line in result.lines))
     if blocks:
         out.write("\n\n".join(blocks) + "\n")
     for finding in result.findings:
-        where = f"{finding.path}: " if finding.path else ""
-        out.write(f"finding [{finding.code}] {where}{finding.message}\n")
+        where = f"{printable(finding.path)}: " if finding.path else ""
+        out.write(f"finding [{printable(finding.code)}] {where}{printable(finding.message)}\n")
         if finding.hint:
-            out.write(f"  hint: {finding.hint}\n")
+            out.write(f"  hint: {printable(finding.hint)}\n")
     for error in result.errors:
         where = f"{error.path}: " if error.path and error.path not in error.message else ""
-        err.write(f"sglx: error: {where}{error.message}\n")
+        err.write(f"sglx: error: {printable(where)}{printable(error.message)}\n")
         if error.hint:
-            err.write(f"  hint: {error.hint}\n")
+            err.write(f"  hint: {printable(error.hint)}\n")
     return result.exit_code

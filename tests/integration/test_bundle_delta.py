@@ -109,12 +109,16 @@ def test_a_delta_carries_only_the_new_layers_and_names_its_parent(
     assert [layer["carried"] for layer in layers] == [False, True]
     assert layers[0]["chain_id"] == full["image"]["layers"][0]["chain_id"]
     # Verify alone (the scan too: a delta's is the report made at create) says what it needs.
+    # This delta was made with --no-scan: it carries no report, and that is "not scanned", a
+    # finding, never "ok" (issue 37 item 4), unless the operator accepts it with --no-scan.
     code, envelope = sglx_json("bundle", "verify", str(chain.bundles["plugin-1"]), "-q")
-    assert (code, envelope["findings"]) == (0, []), envelope
+    assert code == 1, envelope
+    assert [f["code"] for f in envelope["findings"]] == ["bundle_not_scanned"], envelope
     assert envelope["data"]["parent"]["bundle"] == "base"
     assert envelope["data"]["needs"] == [layers[0]["chain_id"]]
-    assert "a delta" in envelope["data"]["scan"]
+    assert envelope["data"]["scan"].startswith("not scanned (a delta")
     code, out, _ = sglx("bundle", "verify", str(chain.bundles["plugin-1"]), "--no-scan", "-q")
+    assert code == 0, out
     assert "it is a delta over the bundle base" in out and "install that bundle first" in out
     code, _, err = sglx("scan", "--bundle", str(chain.bundles["plugin-1"]), "-q")
     assert code == 2 and "cannot be scanned alone" in err

@@ -79,7 +79,12 @@ def test_it_names_its_base_and_carries_only_the_images_own_layers(
     assert [layer["carried"] for layer in image["layers"]] == [False, True]
     # The 100 kB layer, the config and manifest: the base's 3 MB layer is left out.
     assert image["size"] < 3_000_000 / 20
+    # Made with --no-scan: not scanned, a finding (issue 37 item 4); --no-scan accepts it.
     code, envelope = sglx_json("bundle", "verify", str(based.bundle))
+    assert code == 1, envelope
+    assert [f["code"] for f in envelope["findings"]] == ["bundle_not_scanned"], envelope
+    assert envelope["data"]["scan"].startswith("not scanned (without its base's layers")
+    code, envelope = sglx_json("bundle", "verify", str(based.bundle), "--no-scan")
     assert (code, envelope["findings"]) == (0, []), envelope
     assert envelope["data"]["base"]["ref"] == based.base_tag
     assert envelope["data"]["needs"] == [image["layers"][0]["chain_id"]]

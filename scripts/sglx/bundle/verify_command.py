@@ -10,6 +10,8 @@ delta's chain is checked (sglx.bundle.delta.chain_findings).
 
 from __future__ import annotations
 
+import json
+import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -67,9 +69,12 @@ def _verify(
     scan_status = "skipped (--no-scan)" if not scan else "not run: the files did not verify"
     if scan and not findings and manifest is not None and partial:
         findings += _report_findings(folder)
-        scan_status = "findings" if findings else "ok"
         which = "a delta" if manifest.image.parent is not None else "without its base's layers"
-        scan_status += f" ({which}: the report made at create, of the whole image)"
+        if any(f.code == "bundle_not_scanned" for f in findings):
+            scan_status = f"not scanned ({which}: no report was made at create)"
+        else:
+            scan_status = "findings" if findings else "ok"
+            scan_status += f" ({which}: the report made at create, of the whole image)"
     elif scan and not findings and check.manifest is not None:
         findings += _scan(folder, check, jobs, progress)
         scan_status = "findings" if len(findings) else "ok"
@@ -141,10 +146,21 @@ def _delta_data(manifest: BundleManifest | None) -> dict[str, Any]:
 
 
 def _report_findings(folder: Path) -> list[Finding]:
-    """A delta's scan: the findings of the report create made of the whole image."""
+    """A delta's scan: the findings of the report create made of the whole image. A bundle
+    without one was not scanned (made with --no-scan, or altered): that is a finding, never
+    "ok"; `verify --no-scan` is how an operator accepts it."""
     path = folder / layout.SCAN_REPORT
-    if not path.is_file():
-        return []
+    if not os.path.lexists(path):
+        return [
+            Finding(
+                "bundle_not_scanned",
+                f"not scanned: the bundle carries no {layout.SCAN_REPORT}, and its image is not "
+                "whole here (a delta or a bundle without its base's layers) to scan it now",
+                layout.SCAN_REPORT,
+                "create the bundle again without --no-scan on the source side, or verify with "
+                "--no-scan to accept an unscanned bundle",
+            )
+        ]
     remake = "create the bundle again on the source side (its scan report is damaged)"
     try:
         envelope = read_json(path, what="scan report", max_bytes=layout.MAX_META_BYTES, hint=remake)
@@ -157,9 +173,9 @@ def _report_findings(folder: Path) -> list[Finding]:
     return [
         Finding(
             "bundle_scan",
-            f"image scan (at create): {item.get('message')}",
-            item.get("path"),
-            item.get("hint"),
+            f"image scan (at create): {_text(item.get('message'))}",
+            None if item.get("path") is None else _text(item.get("path")),
+            None if item.get("hint") is None else _text(item.get("hint")),
         )
         for item in items
         if isinstance(item, dict)
@@ -168,6 +184,12 @@ def _report_findings(folder: Path) -> list[Finding]:
         if envelope.get("status") == "findings"
         else []
     )
+
+
+def _text(value: object) -> str:
+    """A value of the bundle's scan report as text: a string as it is, anything else as JSON
+    (never a Python repr); the report's renderer escapes its control characters."""
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)[:500]
 
 
 def _scan(folder: Path, check: FileCheck, jobs: int, progress: Progress) -> list[Finding]:
