@@ -18,7 +18,9 @@ import errno
 import json
 import math
 import os
+import posixpath
 import stat
+import tarfile
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -211,3 +213,42 @@ def _too_deep(path: Path, what: str, fix: str) -> SglxError:
         code="corrupt",
         path=str(path),
     )
+
+
+MAX_LINK_HOPS = 40
+"""Links followed to a tar member's bytes at most (the kernel's own limit for paths)."""
+
+
+def tar_regular_member(tar: tarfile.TarFile, name: str) -> tarfile.TarInfo | None:
+    """The regular member that `name` of an untrusted tar holds or links to, its symbolic and
+    hard links followed inside the archive iteratively (tarfile's own `extractfile` recurses: a
+    member that links to itself raised RecursionError); None when there is none, or the links go
+    round or past MAX_LINK_HOPS."""
+    current = posixpath.normpath(name).lstrip("/") if name else name
+    for _ in range(MAX_LINK_HOPS + 1):
+        try:
+            member = tar.getmember(current)
+        except KeyError:
+            return None
+        if member.isreg():
+            return member
+        if member.issym():
+            current = posixpath.normpath(
+                posixpath.join(posixpath.dirname(current), member.linkname)
+            ).lstrip("/")
+        elif member.islnk():
+            current = posixpath.normpath(member.linkname).lstrip("/")
+        else:
+            return None
+    return None
+
+
+def tar_member_bytes(tar: tarfile.TarFile, name: str, *, max_bytes: int) -> bytes | None:
+    """The bytes of member `name` of an untrusted tar (`tar_regular_member`), at most
+    `max_bytes` + 1 of them: the caller refuses a longer one. None where there is no file."""
+    member = tar_regular_member(tar, name)
+    handle = None if member is None else tar.extractfile(member)
+    if handle is None:
+        return None
+    with handle:
+        return handle.read(max_bytes + 1)

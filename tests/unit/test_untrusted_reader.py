@@ -76,6 +76,7 @@ TRUSTED_JSON = {
     "scripts/sglx/wheels/resolve.py": "pip's own --report of this resolution",
     "scripts/sglx/wheels/lockfile.py": "the lock's header, checked against its schema after",
     "scripts/sglx/verified_cache.py": "sglx's own cache of verified hashes, root-owned",
+    "scripts/sglx_core/serving/flags.py": "sglang's option table shipped in sglx's own wheel",
     "plugin/sglx_platform/preflight/protocol.py": "preflight's own child process, line by line",
     "plugin/sglx_platform/preflight/base_check.py": "the report the image build wrote",
     "plugin/sglx_platform/preflight/child.py": "the spec its parent process hands it",
@@ -103,3 +104,61 @@ def test_json_is_parsed_only_through_the_untrusted_reader_or_a_listed_trusted_so
         "or list the file in TRUSTED_JSON with why its input is sglx's own"
     )
     assert not sorted(TRUSTED_JSON.keys() - found), "a listed file no longer parses JSON: unlist it"
+
+
+def _tar_with_links(path: Path, links: dict[str, str], files: dict[str, bytes]) -> None:
+    import io
+    import tarfile
+
+    with tarfile.open(path, "w") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        for name, target in links.items():
+            info = tarfile.TarInfo(name)
+            info.type = tarfile.SYMTYPE
+            info.linkname = target
+            tar.addfile(info)
+
+
+@pytest.mark.parametrize(
+    "links",
+    [
+        {"manifest.json": "manifest.json"},  # itself
+        {"manifest.json": "a.json", "a.json": "manifest.json"},  # a loop of two
+        {"manifest.json": "../../etc/passwd"},  # out of the archive
+        {"manifest.json": "l0", **{f"l{i}": f"l{i + 1}" for i in range(60)}},  # too long a chain
+    ],
+    ids=["itself", "loop", "outside", "chain"],
+)
+def test_a_tar_member_that_links_round_or_out_is_no_file(
+    tmp_path: Path, links: dict[str, str]
+) -> None:
+    """Issue 37 item 10: tarfile's extractfile follows links recursively, so a manifest.json
+    linking to itself raised RecursionError in verify, install, scan --bundle and inspect."""
+    import tarfile
+
+    from sglx.bundle.image_archive import _json
+    from sglx.scan.archive import _json_member
+    from sglx_core.untrusted import tar_member_bytes
+
+    path = tmp_path / "image.tar"
+    _tar_with_links(path, links, {"l60": b"[]"} if "l0" in links else {})
+    with tarfile.open(path) as tar:
+        assert tar_member_bytes(tar, "manifest.json", max_bytes=1 << 20) is None
+        with pytest.raises(SglxError, match=r"manifest\.json"):
+            _json(tar, "manifest.json", "image/image.tar")
+        with pytest.raises(SglxError, match=r"manifest\.json"):
+            _json_member(tar, "manifest.json", path, "'manifest.json' member")
+
+
+def test_a_tar_member_reached_through_links_inside_the_archive_reads(tmp_path: Path) -> None:
+    import tarfile
+
+    from sglx_core.untrusted import tar_member_bytes
+
+    path = tmp_path / "image.tar"
+    _tar_with_links(path, {"manifest.json": "sub/../real.json"}, {"real.json": b"[1]"})
+    with tarfile.open(path) as tar:
+        assert tar_member_bytes(tar, "manifest.json", max_bytes=10) == b"[1]"

@@ -21,7 +21,7 @@ from sglx.bundle.manifest import BundleManifest, ImageRecord
 from sglx.scan.chunked import ChunkedReader
 from sglx_core.errors import SglxError
 from sglx_core.report import Finding
-from sglx_core.untrusted import parse_json
+from sglx_core.untrusted import parse_json, tar_member_bytes
 
 MAX_JSON = 16 << 20
 CODE = "bundle_layers"
@@ -149,14 +149,9 @@ def _json(tar: tarfile.TarFile, name: str, where: str) -> Any:
 
 
 def _bytes(tar: tarfile.TarFile, name: str, where: str) -> bytes:
-    try:
-        handle = tar.extractfile(name)
-    except KeyError:
-        handle = None
-    if handle is None:
-        raise _bad(f"{where}: it has no {name}")
-    with handle:
-        raw = handle.read(MAX_JSON + 1)
+    raw = tar_member_bytes(tar, name, max_bytes=MAX_JSON)
+    if raw is None:
+        raise _bad(f"{where}: it has no {name} (or it is a link that leads to no file)")
     if len(raw) > MAX_JSON:
         raise _bad(f"{where}: {name} is larger than {MAX_JSON >> 20} MiB")
     return raw

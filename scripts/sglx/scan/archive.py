@@ -33,7 +33,7 @@ from sglx.scan.image import parse_env
 from sglx.scan.inventory import names_only
 from sglx.scan.layers import RootWriter, TooLarge, clean_name
 from sglx_core.errors import SglxError
-from sglx_core.untrusted import parse_json
+from sglx_core.untrusted import parse_json, tar_member_bytes, tar_regular_member
 
 DEFAULT_SITE = "/opt/sglx/venv/lib/python3.11/site-packages"
 """Where wheels go when the caller names no venv (the cpu image's)."""
@@ -252,8 +252,14 @@ def unpack_archive_image(
 
 def _json_member(tar: tarfile.TarFile, name: str, archive: Path, what: str) -> Any:
     """A JSON member of the archive, read bounded and parsed by the untrusted-input rules."""
-    with _member(tar, name, archive) as handle:
-        raw = handle.read(MAX_ARCHIVE_JSON + 1)
+    raw = tar_member_bytes(tar, name, max_bytes=MAX_ARCHIVE_JSON)
+    if raw is None:
+        raise SglxError(
+            f"{archive}: {name} is not a file in the archive (missing, or a link that leads to "
+            "no file)",
+            hint="the archive is truncated or hand-made; re-create it with `docker save`",
+            code="usage",
+        )
     if len(raw) > MAX_ARCHIVE_JSON:
         raise SglxError(
             f"{archive}: the {what} is larger than {MAX_ARCHIVE_JSON >> 20} MiB; no real one is",
@@ -265,13 +271,11 @@ def _json_member(tar: tarfile.TarFile, name: str, archive: Path, what: str) -> A
 
 @contextmanager
 def _member(tar: tarfile.TarFile, name: str, archive: Path) -> Iterator[Any]:
-    try:
-        handle = tar.extractfile(name)
-    except KeyError:
-        handle = None
+    member = tar_regular_member(tar, name)
+    handle = None if member is None else tar.extractfile(member)
     if handle is None:
         raise SglxError(
-            f"{archive}: manifest.json names {name}, which is not in the archive",
+            f"{archive}: manifest.json names {name}, which is not a file in the archive",
             hint="the archive is truncated or hand-made; re-create it with `docker save`",
             code="usage",
         )
