@@ -73,11 +73,55 @@ def check_output_file(path: Path, *, label: str = "output file") -> None:
         )
 
 
+MAX_NEW_FOLDERS = 64
+"""Most missing parent folders sglx creates for one output path (a real one lacks a few)."""
+
+
+def make_folders(folder: Path, *, label: str = "output folder", mode: int = 0o777) -> None:
+    """Create `folder` and its missing parents, walking up then down without recursion
+    (`Path.mkdir(parents=True)` recurses once per missing folder: a thousand raised
+    RecursionError), at most MAX_NEW_FOLDERS of them; refused with an SglxError naming the
+    path when there are more, or the file system says no."""
+    missing: list[Path] = []
+    current = folder.absolute()
+    while not current.is_dir():
+        if os.path.lexists(current):
+            raise SglxError(
+                f"{label} {folder}: {current} is a file, not a folder",
+                hint="name a path whose parents are folders",
+                code="usage",
+                path=str(folder),
+            )
+        missing.append(current)
+        if len(missing) > MAX_NEW_FOLDERS:
+            raise SglxError(
+                f"{label} {folder}: more than {MAX_NEW_FOLDERS} of its parent folders do not "
+                "exist; sglx creates a few, not a tree",
+                hint="check the path, or create its parents first",
+                code="usage",
+                path=str(folder),
+            )
+        if current.parent == current:
+            break
+        current = current.parent
+    for path in reversed(missing):
+        try:
+            path.mkdir(mode=mode, exist_ok=True)
+        except OSError as exc:
+            raise SglxError(
+                f"{label} {folder}: cannot create {path}: {exc.strerror}",
+                hint="name a folder sglx may create, with a shorter name where the file system "
+                "refuses a long one",
+                code="usage",
+                path=str(folder),
+            ) from None
+
+
 def atomic_write_bytes(path: Path, data: bytes, *, label: str = "output file") -> None:
     """Write `data` to `path` through a temporary file (mode 0600) in the same folder, then
     rename; refused, with nothing written, unless `check_output_file` accepts `path`."""
     check_output_file(path, label=label)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_folders(path.parent, label=label)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as handle:

@@ -49,6 +49,7 @@ from sglx_core.errors import SglxError
 from sglx_core.jit_cache import ROOT_ENV
 from sglx_core.report import Finding, Result, Table
 from sglx_core.untrusted import read_json
+from sglx_core.util import make_folders
 
 PIP_TIMEOUT_S = 3600
 STATE_MARGIN = 1 << 20
@@ -97,7 +98,7 @@ def _install(bundle: Path, options: InstallOptions, progress: Progress) -> Resul
     client = docker_client()
     plan = _plan(bundle, raw, client, options)
     started = time.monotonic()
-    options.state.mkdir(parents=True, exist_ok=True)
+    make_folders(options.state, label="state folder (--state)")
     record = InstallRecord.load(options.state, sha256_bytes(raw), fresh=options.full)
     check = check_files(
         bundle,
@@ -481,7 +482,7 @@ def _place_weights(
     assert manifest.weights is not None and manifest.weights.path is not None
     prefix = manifest.weights.path + "/"
     files = [e for e in manifest.files if e.path.startswith(prefix)]
-    target.parent.mkdir(parents=True, exist_ok=True)
+    make_folders(target.parent, label="weights folder (--weights-dir)")
     for stale in target.parent.glob(f".{target.name}.partial-*"):
         shutil.rmtree(stale, ignore_errors=True)
     staging = target.parent / f".{target.name}.partial-{uuid.uuid4().hex[:8]}"
