@@ -710,3 +710,35 @@ def test_all_reduce_a_superscript_digit_is_refused_not_a_traceback() -> None:
         rccl_tests.parse_all_reduce(forged)
     except SglxError as error:
         assert error.hint is not None
+
+
+@pytest.mark.parametrize(
+    ("tool", "name", "parse"),
+    [
+        ("amd_smi", "monitor_putm_mi300x_blog.txt", "amd"),
+        ("xpu_smi", "query_p800_pcie_zstack.txt", "xpu"),
+        ("rccl_tests", "all_reduce_mi300x_8rank_mpi.txt", "rccl"),
+    ],
+)
+def test_a_non_ascii_digit_is_refused_by_every_parser(tool: str, name: str, parse: str) -> None:
+    """Issue 37 item 9: '²' passed str.isdigit and int() raised ValueError in three parsers."""
+    parsers = {
+        "amd": amd_smi.parse_monitor,
+        "xpu": xpu_smi.parse_query,
+        "rccl": rccl_tests.parse_all_reduce,
+    }
+    text = sample(tool, name)
+    forged = text.replace("1", "\u00b9", 1)
+    refused(parsers[parse], forged, "the digit '\u00b9'")
+
+
+def test_an_rvs_figure_that_is_no_number_is_refused() -> None:
+    """Issue 37 item 9: `[0-9.]+` matched 1.2.3 and float() raised ValueError."""
+    for path in sorted((DATA / "rvs").glob("*.txt")):
+        text = path.read_text(encoding="utf-8")
+        forged = re.sub(r"(bandwidth\s*=\s*)[0-9.]+", r"\g<1>1.2.3", text, count=1)
+        forged = re.sub(r"(Power\(W\)\s+)[0-9.]+", r"\g<1>1.2.3", forged, count=1)
+        if forged != text:
+            refused(rvs.parse_rvs, forged, "'1.2.3' is not a number")
+            return
+    pytest.skip("no RVS sample carries a bandwidth or power figure")

@@ -8,6 +8,7 @@ half-installed prints a Python traceback where JSON was expected. Each parser ta
 - more than MAX_OUTPUT_BYTES (a full `amd-smi metric --json` for 64 logical GPUs is about
   2 MiB; an 8-GPU RVS or all_reduce_perf log is under 100 KiB);
 - bytes that are not UTF-8, or text with NUL characters (a binary, not a tool's output);
+- a digit that is not ASCII (`'²'.isdigit()` is true, and int() then raises);
 - JSON that is invalid, nested too deep or repeats a key (sglx_core.untrusted.parse_json).
 """
 
@@ -58,6 +59,16 @@ def bounded_text(data: str | bytes, *, what: str, hint: str) -> str:
         )
     if not text.strip():
         raise SglxError(f"{what}: the output is empty", hint=hint, code="corrupt")
+    odd = next((c for c in text if not c.isascii() and (c.isdigit() or c.isdecimal())), None)
+    if odd is not None:
+        # str.isdigit takes '²' and int() then raises ValueError; int() takes '٣' as 3. Tools
+        # print ASCII digits: any other digit is damage, refused here for every parser.
+        raise SglxError(
+            f"{what}: the output holds the digit {odd!r} (U+{ord(odd):04X}), which no tool "
+            "prints: damaged or not the tool's output",
+            hint=hint,
+            code="corrupt",
+        )
     return text
 
 

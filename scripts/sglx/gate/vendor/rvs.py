@@ -188,6 +188,14 @@ def parse_rvs(data: str | bytes) -> RvsReport:
     return report
 
 
+def _number(text: str) -> float:
+    """A figure of the log: `[0-9.]+` matched it, which `1.2.3` also matches."""
+    try:
+        return float(text)
+    except ValueError:
+        raise field_error(_WHAT, "", f"{text!r} is not a number", _HINT) from None
+
+
 def _read(a: RvsAction, rest: str) -> None:
     """File one `[action] rest` message as evidence for `a`."""
     if old := _OLD_GPU.match(rest):
@@ -199,8 +207,8 @@ def _read(a: RvsAction, rest: str) -> None:
         a.module = a.module or "gst"
         if match["met"]:
             a.gst_final[match["gpu"]] = (
-                float(match["gflops"]),
-                float(match["target"]),
+                _number(match["gflops"]),
+                _number(match["target"]),
                 match["met"] == "TRUE",
             )
         return
@@ -212,7 +220,9 @@ def _read(a: RvsAction, rest: str) -> None:
     match = _IET_POWER.match(rest)
     if match:
         a.module = a.module or "iet"
-        a.iet_peak_w[match["gpu"]] = max(a.iet_peak_w.get(match["gpu"], 0.0), float(match["watts"]))
+        a.iet_peak_w[match["gpu"]] = max(
+            a.iet_peak_w.get(match["gpu"], 0.0), _number(match["watts"])
+        )
         return
     if rest.startswith("mem "):
         a.module = a.module or "mem"
@@ -221,7 +231,7 @@ def _read(a: RvsAction, rest: str) -> None:
         elif match := _MEM_ERRORS.match(rest):
             a.mem_errors += int(match["n"])
         elif match := _MEM_BANDWIDTH.match(rest):
-            a.mem_bandwidth.append(float(match["gbps"]))
+            a.mem_bandwidth.append(_number(match["gbps"]))
         return
     if match := _PEBB_DISTANCE.match(rest):
         a.module = a.module or "pebb"
@@ -252,7 +262,7 @@ def _transfer(a: RvsAction, pair: str, tail: str) -> None:
     final = "duration:" in tail or "(not measured)" in tail
     match = _BANDWIDTH.match(tail)
     if match:
-        a.transfers[pair] = float(match["gbps"])
+        a.transfers[pair] = _number(match["gbps"])
     elif "(not measured)" in tail:
         a.transfers[pair] = None
     elif "(pending)" in tail:
