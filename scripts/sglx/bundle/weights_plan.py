@@ -116,10 +116,8 @@ def plan_weights(
             code="usage",
             path=str(folder),
         )
-    stored = tuple(
-        WeightsFile(name=f.name, size=f.size, sha256=f.sha256) for f in store.folder_files(folder)
-    )
-    for file in stored:
+    found = store.folder_files(folder)
+    for file in found:  # before a record is made of them: its schema refuses such a name
         if not re.fullmatch(PART, file.name):
             raise SglxError(
                 f"--weights-outside {folder}: the file name {file.name!r} cannot be a bundle path",
@@ -128,6 +126,7 @@ def plan_weights(
                 code="usage",
                 path=str(folder / file.name),
             )
+    stored = tuple(WeightsFile(name=f.name, size=f.size, sha256=f.sha256) for f in found)
     if previous is not None and previous.digest == digest:
         return _referenced(previous, stored)
     name = name or check_weights_name(folder_name(folder), f"--weights-outside {folder}")
