@@ -742,3 +742,29 @@ def test_an_rvs_figure_that_is_no_number_is_refused() -> None:
             refused(rvs.parse_rvs, forged, "'1.2.3' is not a number")
             return
     pytest.skip("no RVS sample carries a bandwidth or power figure")
+
+
+def test_xpu_smi_a_counter_given_twice_is_refused_not_the_last_kept() -> None:
+    """Issue 37 item 5: a second `DRAM Uncorrectable : 0` hid the first's errors."""
+    text = sample("xpu_smi", "query_p800_pcie_zstack.txt")
+    line = "            DRAM Uncorrectable            : 0\n"
+    assert line in text
+    forged = text.replace(line, line.replace(": 0", ": 12") + line, 1)
+    refused(xpu_smi.parse_query, forged, "DRAM Uncorrectable is given twice")
+
+
+def test_amd_smi_a_gpu_with_every_sensor_na_fails_idle_unless_a_secondary_partition() -> None:
+    """Issue 37 item 5: a metric-JSON GPU whose every sensor is N/A was skipped as a
+    "secondary partition", so a GPU that answered nothing passed the idle check."""
+    document = json.loads(sample("amd_smi", "constructed_metric_gpu_data.json"))
+    entry = document["gpu_data"][0]
+    entry["usage"] = "N/A"
+    entry["temperature"] = "N/A"
+    readings = amd_smi.parse_metric_json(json.dumps(document), require=("usage", "temperature"))
+    result = amd_smi.check_idle(readings, max_temp_c=90)
+    assert result.passed is False
+    assert any("gpu 0: GFX activity is N/A" in f for f in result.findings), result.findings
+    # The monitor table says which rows are secondary partitions (XCP 1 and up): those count.
+    secondary = amd_smi.GpuReading(gpu=0, gfx_activity=None, xcp=1)
+    primary = amd_smi.GpuReading(gpu=0, gfx_activity=0.0, temperatures={"GPU_T": 40.0}, xcp=0)
+    assert amd_smi.check_idle([primary, secondary], max_temp_c=90).passed is True

@@ -498,8 +498,10 @@ def check_idle(
     """Every GPU idle: GFX activity at most `max_gfx_activity` (0 %) and every temperature it
     reports strictly under `max_temp_c`.
 
-    A row with no figure at all is a secondary partition (its primary carries the sensors) and
-    is counted, not judged; a GPU whose utilization or every temperature is N/A fails."""
+    A row with no figure at all is counted, not judged, only where the tool says it is a
+    secondary partition (XCP 1 and up: its primary carries the sensors); any other GPU whose
+    utilization or every temperature is N/A fails (issue 37: a metric-JSON GPU with every
+    sensor N/A was skipped as a secondary partition, so a GPU that answered nothing passed)."""
     readings = list(readings)
     findings: list[str] = []
     judged = 0
@@ -507,7 +509,7 @@ def check_idle(
     busiest = 0.0
     for r in readings:
         name = _name(r)
-        if r.gfx_activity is None and not r.temperatures:
+        if r.gfx_activity is None and not r.temperatures and r.xcp is not None and r.xcp > 0:
             continue
         judged += 1
         if r.gfx_activity is None:

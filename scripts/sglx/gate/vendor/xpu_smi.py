@@ -162,7 +162,10 @@ def parse_query(data: str | bytes) -> list[XpuReading]:
         path = [name for _, name in stack if name]
         pair = _KEY_VALUE.match(line)
         if pair:
-            blocks[-1][1][".".join([*path, pair["key"]])] = pair["value"]
+            key = ".".join([*path, pair["key"]])
+            if key in blocks[-1][1]:  # the last would win: a forged second counter hides errors
+                raise field_error(_QUERY, f"XPU {blocks[-1][0]}", f"{key} is given twice", _HINT)
+            blocks[-1][1][key] = pair["value"]
         else:
             stack.append((indent, line))
     if not blocks:
