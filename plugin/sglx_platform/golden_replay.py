@@ -57,7 +57,7 @@ from sglx_core.gate.golden import (
     load_golden,
 )
 from sglx_core.profile import Profile
-from sglx_core.report import Finding, Result, Table, error_result, render
+from sglx_core.report import Finding, Result, Table, render, result_of
 from sglx_core.serving.model import read_model, served_dtype
 from sglx_core.untrusted import parse_json
 from sglx_platform.baked import DEFAULT_PROFILE, baked_profile
@@ -351,7 +351,8 @@ def main(argv: list[str] | None = None) -> int:
     bounds = (args.max_abs, args.mean_abs, args.min_top1)
     if any(b is not None for b in bounds) and not all(b is not None for b in bounds):
         parser.error("give --max-abs, --mean-abs and --min-top1 together, or none of them")
-    try:
+
+    def run() -> Result:
         tolerance = None
         if args.max_abs is not None:
             try:
@@ -359,7 +360,7 @@ def main(argv: list[str] | None = None) -> int:
             except ValueError as exc:
                 raise SglxError(str(exc), hint="check the tolerances given", code="usage") from None
         _base(args.url)
-        result = replay(
+        return replay(
             args.golden,
             args.url,
             tolerance,
@@ -367,9 +368,8 @@ def main(argv: list[str] | None = None) -> int:
             expected_digest=args.digest,
             timeout=args.timeout,
         )
-    except SglxError as error:
-        result = error_result(COMMAND, error)
-    return render(result, as_json=args.json)
+
+    return render(result_of(COMMAND, run), as_json=args.json)
 
 
 if __name__ == "__main__":

@@ -55,7 +55,7 @@ from sglx_core.gate.speed_record import (
     settings_of,
 )
 from sglx_core.profile import Profile
-from sglx_core.report import Result, error_result, render
+from sglx_core.report import Result, render, result_of
 from sglx_core.untrusted import parse_json, read_bounded
 from sglx_platform.baked import baked_profile
 from sglx_platform.golden_replay import server_info
@@ -327,7 +327,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.fleet and not (args.image and args.server_args is not None):
         parser.error("give --image and --server-args (or --fleet): they say which hosts compare")
-    try:
+
+    def run() -> Result:
         floors = _object(args.floors, "--floors", '{"min_output_tok_s": 900}')
         slos = _object(args.slos, "--slos", '{"ttft_ms": 60000, "tpot_ms": 150}')
         peers = b""
@@ -335,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
             peers = sys.stdin.buffer.read(MAX_PEERS_BYTES + 1)
         elif args.peers:
             peers = read_bounded(Path(args.peers), what="peers' records", max_bytes=MAX_PEERS_BYTES)
-        result = gate(
+        return gate(
             url=args.url,
             host=args.host,
             fleet=args.fleet or fleet_key(args.image, _server_args(args.server_args)),
@@ -346,13 +347,8 @@ def main(argv: list[str] | None = None) -> int:
             timeout=args.timeout,
             started_at=parse_started_at(args.started_at) if args.started_at else None,
         )
-    except SglxError as error:
-        result = error_result(COMMAND, error)
-    except OSError as error:
-        result = error_result(
-            COMMAND, SglxError(f"cannot read --peers: {error}", hint="check the path", code="usage")
-        )
-    return render(result, as_json=args.json)
+
+    return render(result_of(COMMAND, run), as_json=args.json)
 
 
 if __name__ == "__main__":

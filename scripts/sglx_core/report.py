@@ -20,9 +20,11 @@ needs nothing: its encoder escapes them.
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
-from collections.abc import Mapping, Sequence
+import traceback
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TextIO
 
@@ -130,6 +132,36 @@ def error_result(command: Sequence[str], error: SglxError) -> Result:
         command=tuple(command),
         errors=(Finding(code=error.code, message=error.message, path=error.path, hint=error.hint),),
     )
+
+
+DEBUG_ENV = "SGLX_DEBUG"
+"""Set to 1 to print the traceback of an unexpected error as well."""
+MAX_DETAIL = 300
+
+
+def unexpected_error(exc: BaseException) -> SglxError:
+    """An exception no step expected, as the one message every entry point gives for it: "bug
+    in sglx", exit 2 (never a bare traceback, never exit 1)."""
+    detail = " ".join(str(exc).split())[:MAX_DETAIL]
+    what = type(exc).__name__ + (f": {detail}" if detail else "")
+    return SglxError(
+        f"unexpected {what}",
+        hint=f"this is a bug in sglx; {DEBUG_ENV}=1 shows the traceback: report it with that",
+        code="internal_error",
+    )
+
+
+def result_of(command: Sequence[str], body: Callable[[], Result]) -> Result:
+    """`body()`, or the error result of what it raised: an SglxError as it is, anything else as
+    `unexpected_error`. The plugin's and the gate's entry points run through it."""
+    try:
+        return body()
+    except SglxError as error:
+        return error_result(command, error)
+    except Exception as exc:  # the one place an unexpected exception becomes a message
+        if os.environ.get(DEBUG_ENV) == "1":
+            traceback.print_exception(exc, file=sys.stderr)
+        return error_result(command, unexpected_error(exc))
 
 
 def render(

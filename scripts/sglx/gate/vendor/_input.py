@@ -87,4 +87,6 @@ def field_error(what: str, where: str, problem: str, hint: str) -> SglxError:
     """The error for one malformed field: "amd-smi metric --json: gpu 3: usage.gfx_activity
     is missing"."""
     prefix = f"{what}: {where}: " if where else f"{what}: "
-    return SglxError(prefix + problem, hint=hint, code="corrupt")
+    # Every refusal says what to do: a caller that names no fix gets the general one.
+    fix = hint or f"capture the output of `{what}` again, whole and unchanged"
+    return SglxError(prefix + problem, hint=fix, code="corrupt")

@@ -333,14 +333,19 @@ def _cell(cell: str, units: tuple[str, ...], where: str, column: str) -> float |
     value, _, unit = cell.partition(" ")
     if unit not in units:
         raise field_error(
-            _MONITOR, where, f"{column} is {cell!r}, not a value in {' or '.join(units)}", ""
+            _MONITOR,
+            where,
+            f"{column} is {cell!r}, not a value in {' or '.join(units)}",
+            _MONITOR_HINT,
         )
     try:
         number = float(value)
     except ValueError:
-        raise field_error(_MONITOR, where, f"{column} is {cell!r}, not a number", "") from None
+        raise field_error(
+            _MONITOR, where, f"{column} is {cell!r}, not a number", _MONITOR_HINT
+        ) from None
     if not math.isfinite(number) or number < 0:
-        raise field_error(_MONITOR, where, f"{column} is {cell!r}", "")
+        raise field_error(_MONITOR, where, f"{column} is {cell!r}", _MONITOR_HINT)
     return number
 
 
