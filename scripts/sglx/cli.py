@@ -21,7 +21,6 @@ from sglx import __version__, ansible_cli, arch_cli, base_cli, model_cli
 from sglx.bundle import cli as bundle_cli
 from sglx.cli_shared import EPILOG, Subparsers
 from sglx.failures import (
-    DEBUG_ENV,
     Parser,
     UsageError,
     early_flags,
@@ -36,7 +35,7 @@ from sglx.scan import cli as scan_cli
 from sglx.weights import cli as weights_cli
 from sglx.wheels import cli as wheels_cli
 from sglx_core.errors import SglxError
-from sglx_core.report import Result, error_result, render
+from sglx_core.report import DEBUG_ENV, Result, error_result, render
 
 Handler = Callable[[argparse.Namespace], Result]
 Register = Callable[[Subparsers, argparse.ArgumentParser, argparse.ArgumentParser], None]

@@ -17,10 +17,7 @@ from typing import NoReturn
 
 from sglx.extras import missing_dependency_error
 from sglx_core.errors import SglxError
-from sglx_core.report import EXIT_ERROR, error_result, render
-
-DEBUG_ENV = "SGLX_DEBUG"
-_MAX_DETAIL = 300  # characters of an unexpected exception's text worth a one-line message
+from sglx_core.report import DEBUG_ENV, EXIT_ERROR, error_result, render, unexpected_error
 
 
 class UsageError(Exception):
@@ -94,19 +91,12 @@ def _describe(exc: Exception, command: Sequence[str]) -> SglxError:
         missing = missing_dependency_error(exc, command)
         if missing is not None:
             return missing
-    detail = " ".join(str(exc).split())
-    if len(detail) > _MAX_DETAIL:
-        detail = detail[: _MAX_DETAIL - 3] + "..."
-    what = type(exc).__name__ + (f": {detail}" if detail else "")
-    show = f"--debug (or {DEBUG_ENV}=1) shows the traceback"
     if isinstance(exc, OSError):
+        detail = " ".join(str(exc).split())[:300]
         return SglxError(
-            what,
-            hint=f"check the path, its permissions and free space; {show}",
+            type(exc).__name__ + (f": {detail}" if detail else ""),
+            hint=f"check the path, its permissions and free space; --debug (or {DEBUG_ENV}=1) "
+            "shows the traceback",
             code="environment",
         )
-    return SglxError(
-        f"unexpected {what}",
-        hint=f"this is a bug in sglx; {show}: please report it with that",
-        code="internal_error",
-    )
+    return unexpected_error(exc, debug=f"--debug (or {DEBUG_ENV}=1)")

@@ -139,14 +139,17 @@ DEBUG_ENV = "SGLX_DEBUG"
 MAX_DETAIL = 300
 
 
-def unexpected_error(exc: BaseException) -> SglxError:
+def unexpected_error(exc: BaseException, *, debug: str = f"{DEBUG_ENV}=1") -> SglxError:
     """An exception no step expected, as the one message every entry point gives for it: "bug
-    in sglx", exit 2 (never a bare traceback, never exit 1)."""
-    detail = " ".join(str(exc).split())[:MAX_DETAIL]
+    in sglx", exit 2 (never a bare traceback, never exit 1). `debug` says how to see the
+    traceback."""
+    detail = " ".join(str(exc).split())
+    if len(detail) > MAX_DETAIL:
+        detail = detail[: MAX_DETAIL - 3] + "..."
     what = type(exc).__name__ + (f": {detail}" if detail else "")
     return SglxError(
         f"unexpected {what}",
-        hint=f"this is a bug in sglx; {DEBUG_ENV}=1 shows the traceback: report it with that",
+        hint=f"this is a bug in sglx; {debug} shows the traceback: please report it with that",
         code="internal_error",
     )
 

@@ -8,7 +8,8 @@ half-installed prints a Python traceback where JSON was expected. Each parser ta
 - more than MAX_OUTPUT_BYTES (a full `amd-smi metric --json` for 64 logical GPUs is about
   2 MiB; an 8-GPU RVS or all_reduce_perf log is under 100 KiB);
 - bytes that are not UTF-8, or text with NUL characters (a binary, not a tool's output);
-- a digit that is not ASCII (`'²'.isdigit()` is true, and int() then raises);
+- a digit that is not ASCII (`'²'.isdigit()` is true, and int() then raises), or a number of
+  more than 40 digits (int() raises past 4,300);
 - JSON that is invalid, nested too deep or repeats a key (sglx_core.untrusted.parse_json).
 """
 
@@ -25,6 +26,7 @@ MAX_OUTPUT_BYTES = 4 << 20
 """Largest tool output any parser here accepts (4 MiB)."""
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+_LONG_NUMBER = re.compile(r"[0-9]{41,}")
 
 
 def bounded_text(data: str | bytes, *, what: str, hint: str) -> str:
@@ -59,6 +61,15 @@ def bounded_text(data: str | bytes, *, what: str, hint: str) -> str:
         )
     if not text.strip():
         raise SglxError(f"{what}: the output is empty", hint=hint, code="corrupt")
+    long_number = _LONG_NUMBER.search(text)
+    if long_number is not None:
+        # int() of 4,300 digits raises a bare ValueError, and arithmetic on fewer costs seconds.
+        raise SglxError(
+            f"{what}: the output holds a number of {len(long_number.group())} digits, which no "
+            "tool prints: damaged or not the tool's output",
+            hint=hint,
+            code="corrupt",
+        )
     odd = next((c for c in text if not c.isascii() and (c.isdigit() or c.isdecimal())), None)
     if odd is not None:
         # str.isdigit takes '²' and int() then raises ValueError; int() takes '٣' as 3. Tools

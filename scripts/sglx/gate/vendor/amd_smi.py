@@ -312,8 +312,11 @@ def _monitor_row(columns: list[str], cells: list[str], number: int) -> GpuReadin
             _MONITOR_HINT,
         )
     row = dict(zip(columns, cells, strict=True))
+    if not (row["GPU"].isascii() and row["GPU"].isdigit()):
+        raise field_error(_MONITOR, where, f"GPU is {row['GPU']!r}, not an index", _MONITOR_HINT)
     gpu = int(row["GPU"])
-    xcp = int(row["XCP"]) if row.get("XCP", NA).isdigit() else None
+    xcp_cell = row.get("XCP", NA)
+    xcp = int(xcp_cell) if xcp_cell.isascii() and xcp_cell.isdigit() else None
     gfx: float | None = None
     for column in _UTIL_COLUMNS:
         if column in row:
