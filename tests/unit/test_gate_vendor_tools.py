@@ -768,3 +768,15 @@ def test_amd_smi_a_gpu_with_every_sensor_na_fails_idle_unless_a_secondary_partit
     secondary = amd_smi.GpuReading(gpu=0, gfx_activity=None, xcp=1)
     primary = amd_smi.GpuReading(gpu=0, gfx_activity=0.0, temperatures={"GPU_T": 40.0}, xcp=0)
     assert amd_smi.check_idle([primary, secondary], max_temp_c=90).passed is True
+
+
+def test_rvs_a_mem_log_cut_after_a_test_started_fails() -> None:
+    """Issue 37 item 5: a mem log cut after a test's errors (its PASS lines never came) passed."""
+    for name in ("mem_mi300x_acceptance_doc.txt", "mem_mi355x_user_guide.txt"):
+        text = sample("rvs", name)
+        assert rvs.check_rvs(rvs.parse_rvs(text)).passed is True
+    text = sample("rvs", "mem_mi300x_acceptance_doc.txt")
+    cut = text + "[RESULT] [214815.5] [action_1] mem Test 2: Moving inversions, ones and zeros\n"
+    result = rvs.check_rvs(rvs.parse_rvs(cut))
+    assert result.passed is False
+    assert any("the log ends inside mem Test 2" in f for f in result.findings), result.findings

@@ -64,6 +64,7 @@ _IET_PASS = re.compile(_GPU + r"\s+pass:\s*(?P<ok>TRUE|FALSE)")
 _MEM_PASS = re.compile(r"^mem\s+Test\s+(?P<test>\d+)\s*:\s*PASS\b")
 _MEM_BANDWIDTH = re.compile(r"^mem\s+Test\s+\d+:.*bandwidth\s*=\s*(?P<gbps>[0-9.]+)\s*GB/s")
 _MEM_ERRORS = re.compile(r"^mem\s+Number of errors\s*:\s*(?P<n>\d+)")
+_MEM_STARTED = re.compile(r"^mem\s+Test\s+(?P<test>\d+)\s*:\s*(?!PASS\b)(?!elapsedtime)\S")
 _PEBB_DISTANCE = re.compile(
     r"^pcie-bandwidth\s+\[CPU::\s*\d+\]\s+" + _DEVICE.format("gpu") + r"\s+distance:(?P<d>-?\d+)"
 )
@@ -107,6 +108,7 @@ class RvsAction:
     iet_pass: dict[str, bool] = field(default_factory=dict)
     iet_peak_w: dict[str, float] = field(default_factory=dict)
     mem_passes: int = 0
+    mem_open: str | None = None  # the test whose description is the last mem line read
     mem_errors: int = 0
     mem_bandwidth: list[float] = field(default_factory=list)
     distances: int = 0
@@ -226,8 +228,11 @@ def _read(a: RvsAction, rest: str) -> None:
         return
     if rest.startswith("mem "):
         a.module = a.module or "mem"
-        if _MEM_PASS.match(rest):
+        a.mem_open = None
+        if match := _MEM_PASS.match(rest):
             a.mem_passes += 1
+        elif match := _MEM_STARTED.match(rest):
+            a.mem_open = match["test"]
         elif match := _MEM_ERRORS.match(rest):
             a.mem_errors += int(match["n"])
         elif match := _MEM_BANDWIDTH.match(rest):
@@ -302,6 +307,14 @@ def _judge(a: RvsAction) -> None:
             findings.append(f"{a.name}: no `mem Test N : PASS` line")
         if a.mem_errors:
             findings.append(f"{a.name}: {a.mem_errors} memory errors reported")
+        # A test prints its description, then PASS (or its bandwidth) for each GPU: a log whose
+        # last mem line is a test's description ends inside that test, cut after what it
+        # printed, errors included (issue 37).
+        if a.mem_open is not None:
+            findings.append(
+                f"{a.name}: the log ends inside mem Test {a.mem_open} (its description, no PASS "
+                "after it): the log was cut, or the test did not finish"
+            )
         a.numbers["tests_passed"] = a.mem_passes
         if a.mem_bandwidth:
             a.numbers["min_bandwidth_gbps"] = min(a.mem_bandwidth)
