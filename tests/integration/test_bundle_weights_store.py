@@ -230,8 +230,12 @@ def test_install_sh_places_checks_and_mounts_the_entry_the_same_way(
     assert "takes its weights" in refused.stderr and "does not match its sha256" in refused.stderr
     assert "nothing was loaded" in refused.stderr
     assert not has_image(docker, world.ids["v2"])
-    again = install_sh(world.bundles["v1"], site, *root)
+    refused = install_sh(world.bundles["v1"], site, *root)
+    assert refused.returncode == 2, refused.stderr
+    assert "install never replaces an entry that holds other bytes" in refused.stderr
+    assert "nothing was loaded" in refused.stderr
+    again = install_sh(world.bundles["v1"], site, *root, "--replace-weights")
     assert again.returncode == 0, again.stderr
-    assert "placing it again" in again.stderr
+    assert "replacing it (--replace-weights)" in again.stderr
     assert install_sh(world.bundles["v2"], site, *root).returncode == 0
     assert sorted(p.name for p in models.iterdir()) == [world.hex]

@@ -74,6 +74,7 @@ def test_the_role_writes_and_reads_the_same_fields() -> None:
         record.STATE_ENV: "{{ bundle_install_state_dir }}",
         "SGLX_INSTALL_DOOR": "bundle_install",
         "SGLX_MODELS_ROOT": "{{ bundle_install_models_root }}",
+        "SGLX_REPLACE_WEIGHTS": "{{ '1' if bundle_install_replace_weights | bool else '0' }}",
     }
 
 

@@ -1,7 +1,7 @@
 """The bundle_install role and the weights store (issue 26, part 5): the role runs the bundle's
 install.sh with its store root, which places the weights once; it exports their digest for
 sglang_service_weights_digest; on the next run it checks the entry again (a recorded install
-does not skip that) and places a damaged one again.
+does not skip that) and refuses a damaged one unless bundle_install_replace_weights.
 
 ansible-playbook over a local host, a hand-made bundle with weights, and a fake `docker` that
 holds the image (nothing is loaded): about 14 s for the two runs on 2 cores.
@@ -62,7 +62,9 @@ def run(work: Path, *extra: str, path: str) -> tuple[int, str]:
     return done.returncode, done.stdout + done.stderr
 
 
-def test_the_role_places_the_weights_once_and_a_damaged_entry_again(tmp_path: Path) -> None:
+def test_the_role_places_the_weights_once_and_a_damaged_entry_only_when_asked(
+    tmp_path: Path,
+) -> None:
     src = weights_bundle(tmp_path / "ctl" / "sglx-cpu-1")
     fake = tmp_path / "fake-bin"
     fake.mkdir()
@@ -83,9 +85,14 @@ def test_the_role_places_the_weights_once_and_a_damaged_entry_again(tmp_path: Pa
     record = json.loads(next((tmp_path / "host" / "state").glob("*.json")).read_text())
     assert record["door"] == "bundle_install"
     flip_a_byte(entry / "model.safetensors")
+    # Never replaced unasked (issue 37): the role fails naming the entry, the bytes stay.
     code, out = run(tmp_path, *extra, path=str(fake))
+    assert code != 0, out
+    assert "install never replaces an entry that holds other bytes" in out, out
+    assert (entry / "model.safetensors").read_bytes() != WEIGHTS["model.safetensors"]
+    code, out = run(tmp_path, *extra, "-e", "bundle_install_replace_weights=true", path=str(fake))
     assert code == 0, out
     assert (entry / "model.safetensors").read_bytes() == WEIGHTS["model.safetensors"]
     log = next((tmp_path / "host" / "state").glob("*.log")).read_text()
-    assert "does not match its sha256: placing it again" in log
+    assert "does not match its sha256: replacing it (--replace-weights)" in log
     assert sorted(p.name for p in models.iterdir()) == [entry.name]

@@ -79,6 +79,8 @@ TEMPLATE = Template(
 # --models-root DIR: the weights store, one folder per weights digest (default
 #   $$$models_root_env, else $models_root_default); weights outside the image are placed and
 #   checked there, and the printed line mounts their folder read-only.
+# --replace-weights: replace a store entry that holds other bytes than the bundle's (never done
+#   unasked: every image that mounts it would serve them; $$SGLX_REPLACE_WEIGHTS=1 too).
 set -eu
 image_ref=$image_ref
 image_id=$image_id
@@ -129,8 +131,9 @@ q() {
 }
 $record_sh
 $weights_sh
-usage="sh install.sh [--check] [--state DIR] [--jit-root DIR] [--models-root DIR] [NAME.tar]"
-check=0 tar_file=
+usage="sh install.sh [--check] [--state DIR] [--jit-root DIR] [--models-root DIR] \
+[--replace-weights] [NAME.tar]"
+check=0 tar_file= replace_weights=$${SGLX_REPLACE_WEIGHTS:-0}
 while [ $$# -gt 0 ]; do
   case $$1 in
     --check) check=1 ;;
@@ -143,6 +146,7 @@ while [ $$# -gt 0 ]; do
       [ $$# -ge 2 ] || die "--models-root needs a folder" "usage: $$usage"
       models_root=$$2; shift ;;
     --models-root=*) models_root=$${1#--models-root=} ;;
+    --replace-weights) replace_weights=1 ;;
     -*) die "unknown option $$(q "$$1")" "usage: $$usage" ;;
     *) [ -z "$$tar_file" ] || die "more than one tar named" "usage: $$usage"; tar_file=$$1 ;;
   esac

@@ -32,7 +32,7 @@ FUNCTIONS_SH = r"""# The weights outside the image (bundle.json weights; '' when
 # none): their digest, their folder in this bundle ('' when not carried) and the bundle that
 # carried them.
 weights_digest=@DIGEST@ weights_hex=@HEX@ weights_src=@SRC@ weights_from=@FROM@
-weights_why=
+weights_why= weights_state=
 weights_list() {
   cat <<'SGLX_WEIGHTS_LIST'
 @LIST@
@@ -114,13 +114,29 @@ $(q "$weights_from")/install.sh or sglx bundle install), then this one"
 say "the weights $weights_digest are in the weights store: $(q "$models_root/$weights_hex")"
 """
 
-# Carried weights: kept when the entry matches, else placed (again).
-CARRIED_SH = r"""if weights_ok "$models_root/$weights_hex"; then
+# Carried weights, before the load: the entry is checked once; one that is there and holds
+# other bytes is refused unless --replace-weights (every image that mounts it would serve them),
+# before anything is loaded, as `sglx bundle install` refuses it.
+CARRIED_BEFORE_SH = r"""if weights_ok "$models_root/$weights_hex"; then
+  weights_state=ok
+else
+  weights_state=$weights_why
+  [ "$weights_why" = "is not there" ] || [ "$replace_weights" = 1 ] ||
+    die "the weights store's entry $(q "$models_root/$weights_hex") $weights_why; install \
+never replaces an entry that holds other bytes, since every image that mounts it would serve \
+them; nothing was loaded" "look at what changed there; to put the bundle's weights in its \
+place, run install.sh again with --replace-weights (the bundle's bytes are checked first)"
+fi
+"""
+
+# Carried weights, after the load: kept when the entry matched, else placed.
+CARRIED_SH = r"""if [ "$weights_state" = ok ]; then
   say "the weights $weights_digest are in the weights store already:" \
     "$(q "$models_root/$weights_hex")"
 else
-  [ "$weights_why" = "is not there" ] ||
-    say "the weights store's $(q "$models_root/$weights_hex") $weights_why: placing it again"
+  [ "$weights_state" = "is not there" ] ||
+    say "the weights store's $(q "$models_root/$weights_hex") $weights_state: replacing it" \
+      "(--replace-weights)"
   weights_place
 fi
 """
@@ -157,7 +173,7 @@ def parts(
     )
     return {
         "weights_sh": fill(FUNCTIONS_SH, values),
-        "weights_before_load": ": # weights carried: placed after the load"
+        "weights_before_load": CARRIED_BEFORE_SH.rstrip("\n")
         if weights.carried
         else REFERENCED_SH.rstrip("\n"),
         "weights_after_load": CARRIED_SH.rstrip("\n")
