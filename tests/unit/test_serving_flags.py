@@ -35,6 +35,7 @@ def test_the_table_is_the_installed_sglangs_own_parser() -> None:
             {"--trust-remote-code": None, "--dtype": "float32"},
         ),
         (["--json-model-override-args", '{"a": 1}'], {"--json-model-override-args": '{"a": 1}'}),
+        (["--api-key", "--a b"], {"--api-key": "--a b"}),  # a space: argparse takes a value
     ],
 )
 def test_flags_read_as_sglang_reads_them(argv: list[str], values: dict[str, str | None]) -> None:

@@ -145,9 +145,13 @@ def read_args(argv: Sequence[str], own: Sequence[str] = ()) -> ReadArgs:
 
 
 def _is_flag(token: str) -> bool:
-    """Whether argparse takes `token` for an option (not a negative number)."""
+    """Whether argparse takes `token` for an option: not a negative number, and no space in it
+    (argparse's `_parse_optional` takes `--a b` as one value)."""
     if not token.startswith("-") or token == "-":
         return False
+    if " " in token:
+        name, eq, _ = token.partition("=")
+        return bool(eq) and name in options()
     try:
         float(token)
     except ValueError:
