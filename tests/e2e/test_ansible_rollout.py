@@ -121,7 +121,14 @@ class Fleet:
                 "sglang_service_jit_cache_root": str(jit_root(self.work, host)),
                 **host_vars.get(host.name, {}),
             }
-        inventory: dict[str, Any] = {"sglx": {"hosts": hosts}}
+        # The session's cpu bundle is made without create's scan (its archive is scanned once
+        # on its own, scan_cpu_bundle), and so are the upgrade's delta and the registry's tiny
+        # bundle: the site accepts an unscanned bundle, as it must say (issue 37 item 4). In
+        # `all`, so that the registry's seed play on the implicit localhost reads it too.
+        inventory: dict[str, Any] = {
+            "all": {"vars": {"sglx_bundle_no_scan": True}},
+            "sglx": {"hosts": hosts},
+        }
         for group, members in (groups or {}).items():
             inventory[group] = {"hosts": {member: {} for member in members}}
         (folder / "hosts.yml").write_text(yaml.safe_dump(inventory, sort_keys=False))

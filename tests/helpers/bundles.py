@@ -5,6 +5,7 @@ tests)."""
 from __future__ import annotations
 
 import io
+import json
 import os
 import subprocess
 import sys
@@ -111,20 +112,45 @@ def file_kind(path: str) -> Kind:
     return "wheel" if path.endswith(".whl") else "meta"
 
 
+# The report `sglx bundle create` writes of a scan that found nothing (a Result envelope,
+# indent 2, keys sorted), for bundles made by hand.
+SCAN_OK = (
+    json.dumps(
+        {
+            "command": ["scan"],
+            "data": {"target": {"kind": "image", "ref": "fixture-scan:test"}},
+            "errors": [],
+            "exit_code": 0,
+            "findings": [],
+            "sglx_result_version": "1",
+            "status": "ok",
+        },
+        indent=2,
+        sort_keys=True,
+    )
+    + "\n"
+).encode()
+
+
 def hand_bundle(
     folder: Path,
     archive: Path,
     files: dict[str, bytes],
     chunk_size: int,
     weights: WeightsRecord | None = None,
+    *,
+    scanned: bool = True,
 ) -> Path:
     """A bundle in the real format written without an engine: `archive` (a docker-archive
     made by hand) split by the real ChunkWriter, `files` beside it (kinds as create gives
-    them; any ansible/ path fills the Ansible slot), manifest and SHA256SUMS."""
+    them; any ansible/ path fills the Ansible slot), manifest and SHA256SUMS. `scanned`: with
+    a scan report that found nothing (SCAN_OK), as create writes one, unless `files` has its
+    own."""
     import datetime as dt
     import hashlib
 
     from sglx.bundle.chunks import ChunkWriter
+    from sglx.bundle.layout import SCAN_REPORT
     from sglx.bundle.manifest import (
         BundleManifest,
         FileEntry,
@@ -135,6 +161,8 @@ def hand_bundle(
         sha256_bytes,
     )
 
+    if scanned:
+        files = {SCAN_REPORT: SCAN_OK, **files}
     folder.mkdir(parents=True)
     written = ChunkWriter(folder, chunk_size).write_all([archive.read_bytes()])
     entries = [

@@ -74,7 +74,8 @@ def engine_holds(docker: Any, chain: Chain, tmp: Path, *keep: str) -> None:
     for name in ORDER:
         if name not in keep:
             remove_images(docker, chain.ids[name])
-    options = InstallOptions(state=tmp / "engine-state", jit_root=tmp / "jit")
+    # The module's bundles are made with --no-scan (create's own scan is test_bundle_tiny's).
+    options = InstallOptions(state=tmp / "engine-state", jit_root=tmp / "jit", no_scan=True)
     for name in reversed(ORDER):
         if name in keep and not has_image(docker, chain.ids[name]):
             done = install_bundle(chain.bundles[name], options, Progress("test", quiet=True))
@@ -85,7 +86,9 @@ def engine_holds(docker: Any, chain: Chain, tmp: Path, *keep: str) -> None:
 
 def install_sh(bundle: Path, state: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        ["sh", str(bundle / "install.sh"), "--state", str(state)], capture_output=True, text=True
+        ["sh", str(bundle / "install.sh"), "--no-scan", "--state", str(state)],
+        capture_output=True,
+        text=True,
     )
 
 
@@ -137,7 +140,9 @@ def test_over_its_parent_a_chain_of_deltas_installs_to_the_same_image_ids(
     engine_holds(docker, chain, tmp_path, "base")
     state = str(tmp_path / "state")
     for name in ("plugin-1", "plugin-2"):
-        code, envelope = sglx_json("bundle", "install", str(chain.bundles[name]), "--state", state)
+        code, envelope = sglx_json(
+            "bundle", "install", "--no-scan", str(chain.bundles[name]), "--state", state
+        )
         assert code == 0, envelope
         assert envelope["data"]["steps"]["image"]["status"] == "done"
         # The config the engine had is the one loaded: the same id as a full install's.
@@ -160,7 +165,9 @@ def test_without_its_parent_install_and_install_sh_refuse_before_loading(
         (("base", "other"), "plugin-2", "plugin-1", "1 of the 2"),
     ):
         engine_holds(docker, chain, tmp_path, *holds)
-        code, out, err = sglx("bundle", "install", str(chain.bundles[name]), "--state", str(state))
+        code, out, err = sglx(
+            "bundle", "install", "--no-scan", str(chain.bundles[name]), "--state", str(state)
+        )
         assert code == 2, out + err
         assert f"this bundle is a delta over the bundle {parent} (bundle.json sha256:" in err
         assert f"this engine lacks {lacks} layers it takes from it" in err
@@ -240,7 +247,9 @@ def test_a_delta_whose_manifest_omits_or_adds_a_layer_is_refused(
     assert [f["code"] for f in envelope["findings"]][:1] == ["bundle_layers"]
     assert words in envelope["findings"][0]["message"]
     engine_holds(docker, chain, tmp_path, "base", "plugin-1")
-    code, envelope = sglx_json("bundle", "install", str(bundle), "--state", str(tmp_path / "s"))
+    code, envelope = sglx_json(
+        "bundle", "install", "--no-scan", str(bundle), "--state", str(tmp_path / "s")
+    )
     assert code == 1 and envelope["data"]["installed"] is False
     assert not has_image(docker, chain.ids["plugin-2"])
 

@@ -102,14 +102,17 @@ def test_without_its_base_it_is_refused_and_after_base_load_it_installs_to_the_s
     remove_images(docker, based.app_id, based.base_id)
     assert not has_image(docker, based.base_id)
     state = tmp_path / "state"
-    code, out, err = sglx("bundle", "install", str(based.bundle), "--state", str(state))
+    code, out, err = sglx(
+        "bundle", "install", "--no-scan", str(based.bundle), "--state", str(state)
+    )
     assert code == 2, out + err
     assert f"leaves out the 1 layers of the base image {based.base_tag} ({based.base_id})" in err
     assert "nothing was loaded" in err and "Traceback" not in err
     assert f"hint: load the base {based.base_tag} into this engine first" in err
     assert "`sglx base load FILE`" in err and not state.exists()
     done = subprocess.run(
-        ["sh", str(based.bundle / "install.sh"), "--state", str(tmp_path / "sh-state")],
+        ["sh", str(based.bundle / "install.sh"), "--no-scan", "--state",
+         str(tmp_path / "sh-state")],
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert done.returncode == 2, done.stderr
@@ -121,12 +124,15 @@ def test_without_its_base_it_is_refused_and_after_base_load_it_installs_to_the_s
     code, out, err = sglx("base", "load", str(based.base_tar), "-q")
     assert code == 0, err
     assert docker.images.get(based.base_tag).id == based.base_id
-    code, out, err = sglx("bundle", "install", str(based.bundle), "--state", str(state))
+    code, out, err = sglx(
+        "bundle", "install", "--no-scan", str(based.bundle), "--state", str(state)
+    )
     assert code == 0, err
     assert docker.images.get(based.app_tag).id == based.app_id
     remove_images(docker, based.app_id)
     done = subprocess.run(
-        ["sh", str(based.bundle / "install.sh"), "--state", str(tmp_path / "sh-state")],
+        ["sh", str(based.bundle / "install.sh"), "--no-scan", "--state",
+         str(tmp_path / "sh-state")],
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr

@@ -46,11 +46,12 @@ def rollout_copy(
     )  # fmt: skip
 
 
-def small_bundle(where: Path) -> Path:
+def small_bundle(where: Path, *, scanned: bool = True) -> Path:
     archive = where.parent / f"{where.name}-image.tar"
     where.parent.mkdir(parents=True, exist_ok=True)
     archive.write_bytes(os.urandom(8192))
-    bundle = hand_bundle(where, archive, {"install.sh": b"#!/bin/sh\n"}, chunk_size=4096)
+    files = {"install.sh": b"#!/bin/sh\n"}
+    bundle = hand_bundle(where, archive, files, chunk_size=4096, scanned=scanned)
     archive.unlink()
     return bundle
 
@@ -106,6 +107,27 @@ def test_a_fifo_in_the_bundle_is_refused_without_hanging(tmp_path: Path) -> None
     out = failure(done)
     assert "entries that are not regular files or folders: image/image.tar.001" in out
     assert not (tmp_path / "host").exists()
+
+
+def test_an_unscanned_bundle_is_refused_before_any_copy_unless_the_site_accepts_it(
+    tmp_path: Path,
+) -> None:
+    """Issue 37 item 4 in the rollout: a bundle made with --no-scan carries no scan report; the
+    role refuses it on the control node, naming the switch that accepts it, and copies it once
+    the site sets bundle_install_no_scan (install.sh on the host checks the same)."""
+    src = small_bundle(tmp_path / "src", scanned=False)
+    host = tmp_path / "host"
+    done = rollout_copy(src, host / "bundle", tmp_path)
+    out = failure(done)
+    assert (
+        "not scanned: the bundle carries no meta/scan.json (bundle.json lists none: made "
+        "with --no-scan). Create the bundle again" in out
+    )
+    assert "set bundle_install_no_scan to accept an unscanned bundle; nothing was copied" in out
+    assert not host.exists()
+    done = rollout_copy(src, host / "bundle", tmp_path, "-e", "bundle_install_no_scan=true")
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert tree(host / "bundle") == tree(src)
 
 
 @pytest.fixture(scope="module")
@@ -189,6 +211,8 @@ def test_the_roles_rules_are_sglxs() -> None:
     assert rules["_bundle_install_arch_pattern"] == NAME_PATTERN.pattern
     assert rules["_bundle_install_max_sums_bytes"] == install_sh.MAX_SUMS_BYTES
     assert rules["_bundle_install_max_manifest_bytes"] == layout.MAX_MANIFEST_BYTES
+    assert rules["_bundle_install_scan_report"] == layout.SCAN_REPORT
+    assert rules["_bundle_install_max_meta_bytes"] == layout.MAX_META_BYTES
     assert rules["_bundle_install_sign_namespace"] == layout.SIGN_NAMESPACE
     # A delta bundle's image record (tasks/image.yml).
     fields = {**manifest.LayerEntry.model_fields, **manifest.ParentRecord.model_fields}

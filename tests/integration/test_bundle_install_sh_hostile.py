@@ -13,9 +13,10 @@ import shutil
 import subprocess
 import tarfile
 from pathlib import Path
+from typing import Any
 
 import pytest
-from helpers.bundles import hand_bundle
+from helpers.bundles import SCAN_OK, hand_bundle
 
 from sglx.bundle import install_sh
 from sglx_core.errors import SglxError
@@ -32,12 +33,13 @@ def script(image_ref: str = "fixture-scan:test") -> bytes:
     ).encode()  # fmt: skip
 
 
-def make_bundle(where: Path, name: str = "bundle") -> Path:
+def make_bundle(where: Path, name: str = "bundle", **scan: Any) -> Path:
+    """A bundle with a real install.sh; `scan`: hand_bundle's (a scan report, or none)."""
     where.mkdir(parents=True, exist_ok=True)
     archive = where / "image.tar"
     archive.write_bytes(os.urandom(8192))  # two chunks of 4 KiB
-    files = {"install.sh": script(), "meta/versions.json": b"{}\n"}
-    bundle = hand_bundle(where / name, archive, files, chunk_size=4096)
+    files = {"install.sh": script(), "meta/versions.json": b"{}\n", **scan.pop("files", {})}
+    bundle = hand_bundle(where / name, archive, files, chunk_size=4096, **scan)
     archive.unlink()
     return bundle
 
@@ -72,6 +74,37 @@ def test_a_clean_bundle_passes_the_check(tmp_path: Path) -> None:
     done = check(make_bundle(tmp_path))
     assert done.returncode == 0, done.stderr
     assert "install.sh: all files match" in done.stderr
+
+
+FINDINGS_REPORT = SCAN_OK.replace(b'"status": "ok"', b'"status": "findings"')
+
+
+@pytest.mark.parametrize(
+    ("scan", "words"),
+    [
+        ({"scanned": False}, "not scanned: the bundle carries no meta/scan.json, and install.sh"),
+        ({"files": {"meta/scan.json": FINDINGS_REPORT}}, "scan report (meta/scan.json) has find"),
+        ({"files": {"meta/scan.json": b'{"status": "ok"}'}}, "or is not a scan report"),
+    ],
+    ids=["none", "findings", "not-a-report"],
+)
+def test_an_unscanned_bundle_is_refused_unless_the_operator_accepts_it(
+    tmp_path: Path, scan: dict[str, Any], words: str
+) -> None:
+    """Issue 37 item 4: a bundle without a scan report (made with --no-scan), or whose report
+    has findings, is refused after the files check; --no-scan or SGLX_NO_SCAN=1 accepts it."""
+    bundle = make_bundle(tmp_path, **scan)
+    done = check(bundle)
+    assert done.returncode == 1, done.stderr
+    assert "install.sh: all files match" in done.stderr
+    assert words in " ".join(done.stderr.split()), done.stderr
+    assert "--no-scan (or set SGLX_NO_SCAN=1)" in " ".join(done.stderr.split())
+    assert run(bundle / "install.sh", "--check", "--no-scan").returncode == 0
+    accepted = subprocess.run(
+        ["sh", str(bundle / "install.sh"), "--check"], capture_output=True, text=True,
+        timeout=60, check=False, env={**os.environ, "SGLX_NO_SCAN": "1"},
+    )  # fmt: skip
+    assert accepted.returncode == 0, accepted.stderr
 
 
 @pytest.mark.parametrize(

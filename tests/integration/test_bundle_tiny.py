@@ -126,11 +126,15 @@ def test_round_trip_then_a_second_install_redoes_nothing(
     assert (code, envelope["findings"]) == (0, [])
     assert envelope["data"]["files"] >= 5
     state = tmp_path / "state"
-    code, first = sglx_json("bundle", "install", str(bundle), "--state", str(state), "-q")
+    code, first = sglx_json(
+        "bundle", "install", "--no-scan", str(bundle), "--state", str(state), "-q"
+    )
     assert code == 0, first
     assert first["data"]["redone"] == ["verify", "image"]
     assert has_image(docker, tiny["id"])
-    code, second = sglx_json("bundle", "install", str(bundle), "--state", str(state), "-q")
+    code, second = sglx_json(
+        "bundle", "install", "--no-scan", str(bundle), "--state", str(state), "-q"
+    )
     assert code == 0
     assert second["data"]["redone"] == []
     assert {name: row["status"] for name, row in second["data"]["steps"].items()} == {
@@ -139,7 +143,9 @@ def test_round_trip_then_a_second_install_redoes_nothing(
         "venv": "not asked",
         "weights": "not asked",
     }
-    code, full = sglx_json("bundle", "install", str(bundle), "--state", str(state), "--full", "-q")
+    code, full = sglx_json(
+        "bundle", "install", "--no-scan", str(bundle), "--state", str(state), "--full", "-q"
+    )
     assert code == 0
     assert full["data"]["steps"]["verify"]["status"] == "done"
     docker_run = first["data"]["docker_run"]
@@ -229,7 +235,9 @@ def test_each_corruption_is_named_and_nothing_is_installed(
     assert message in out
     assert hint in out
     assert "Traceback" not in out + err
-    code, out, err = sglx("bundle", "install", str(bundle), "--state", str(tmp_path / "s"), "-q")
+    code, out, err = sglx(
+        "bundle", "install", "--no-scan", str(bundle), "--state", str(tmp_path / "s"), "-q"
+    )
     assert code == 1
     assert message in out
     assert "nothing was installed: the bundle did not verify" in out
@@ -242,9 +250,11 @@ def test_a_damaged_chunk_is_found_by_install_even_after_a_good_install(
 ) -> None:
     """The install record cannot be forged by editing the bundle: the edit changes the file."""
     state = str(tmp_path / "state")
-    assert sglx_json("bundle", "install", str(bundle), "--state", state, "-q")[0] == 0
+    assert sglx_json("bundle", "install", "--no-scan", str(bundle), "--state", state, "-q")[0] == 0
     flip_byte(bundle)
-    code, envelope = sglx_json("bundle", "install", str(bundle), "--state", state, "-q")
+    code, envelope = sglx_json(
+        "bundle", "install", "--no-scan", str(bundle), "--state", state, "-q"
+    )
     assert code == 1
     assert [f["path"] for f in envelope["findings"]] == ["image/image.tar.001"]
 
@@ -273,7 +283,12 @@ def signed(
 
     out = pristine.parent / "signed"
     # `pristine` removed the image from the engine; bring it back from the bundle to sign anew.
-    assert main(["bundle", "install", str(pristine), "--state", str(out) + ".state", "-q"]) == 0
+    assert (
+        main(
+            ["bundle", "install", "--no-scan", str(pristine), "--state", str(out) + ".state", "-q"]
+        )
+        == 0
+    )
     args = ["bundle", "create", "--arch", "cpu", "--image", tiny["tag"], "--out", str(out)]
     assert main([*args, "--chunk-size", CHUNK, "--no-scan", "--sign", str(keys["site"]), "-q"]) == 0
     remove_image(docker, tiny["id"])
@@ -307,7 +322,7 @@ def test_a_signature_by_an_untrusted_key_is_refused(
     assert "do not install this bundle" in out
     assert "Traceback" not in out + err
     code, out, _ = sglx(
-        "bundle", "install", str(signed), "--state", str(tmp_path / "s"),
+        "bundle", "install", "--no-scan", str(signed), "--state", str(tmp_path / "s"),
         "--allowed-signers", allowed, "-q",
     )  # fmt: skip
     assert code == 1
@@ -331,7 +346,9 @@ def test_the_tar_form_round_trips_and_is_checked(
     sglx_json: JsonRunner, tiny: dict[str, str], pristine: Path, tmp_path: Path, docker: Any
 ) -> None:
     state = str(tmp_path / "state")
-    assert sglx_json("bundle", "install", str(pristine), "--state", state, "-q")[0] == 0
+    assert (
+        sglx_json("bundle", "install", "--no-scan", str(pristine), "--state", state, "-q")[0] == 0
+    )
     out = tmp_path / "tarred"
     code, created = sglx_json(
         "bundle", "create", "--arch", "cpu", "--image", tiny["tag"], "--out", str(out),
@@ -341,7 +358,7 @@ def test_the_tar_form_round_trips_and_is_checked(
     tar = Path(created["data"]["tar"])
     shutil.rmtree(out)
     remove_image(docker, tiny["id"])
-    code, envelope = sglx_json("bundle", "install", str(tar), "--state", state, "-q")
+    code, envelope = sglx_json("bundle", "install", "--no-scan", str(tar), "--state", state, "-q")
     assert code == 0, envelope
     assert envelope["data"]["steps"]["image"]["status"] == "done"
     # beside the tar: the copy of its install.sh that `create --tar` writes
@@ -377,7 +394,12 @@ def with_weights(
     from sglx.cli import main
 
     out = pristine.parent / "with-weights"
-    assert main(["bundle", "install", str(pristine), "--state", str(out) + ".state", "-q"]) == 0
+    assert (
+        main(
+            ["bundle", "install", "--no-scan", str(pristine), "--state", str(out) + ".state", "-q"]
+        )
+        == 0
+    )
     args = ["bundle", "create", "--arch", "cpu", "--image", tiny["tag"], "--out", str(out)]
     weights = ["--weights-outside", str(demo_weights)]
     assert main([*args, *weights, "--chunk-size", CHUNK, "--no-scan", "-q"]) == 0
@@ -392,7 +414,14 @@ def test_too_little_space_is_named_before_anything_is_written(
 ) -> None:  # fmt: skip
     state = tmp_path / "state"
     code, out, err = sglx(
-        "bundle", "install", str(with_weights), "--state", str(state), "--weights-dir", str(tmpfs)
+        "bundle",
+        "install",
+        "--no-scan",
+        str(with_weights),
+        "--state",
+        str(state),
+        "--weights-dir",
+        str(tmpfs),
     )
     assert code == 2
     assert "installing the bundle needs 5" in err
@@ -414,7 +443,16 @@ def test_weights_outside_are_placed_once_and_atomically(
     from sglx_core.weights_manifest import manifest_digest
 
     state, target = str(tmp_path / "state"), tmp_path / "weights"
-    args = ("bundle", "install", str(with_weights), "--state", state, "--weights-dir", str(target))
+    args = (
+        "bundle",
+        "install",
+        "--no-scan",
+        str(with_weights),
+        "--state",
+        state,
+        "--weights-dir",
+        str(target),
+    )
     code, first = sglx_json(*args, "-q")
     assert code == 0, first
     assert first["data"]["steps"]["weights"]["status"] == "done"
@@ -461,7 +499,7 @@ def test_an_install_killed_during_the_load_and_the_weights_completes_on_rerun(
     big: dict[str, Any], tmp_path: Path, docker: Any, sglx_json: JsonRunner
 ) -> None:
     state, target = tmp_path / "state", tmp_path / "weights"
-    args = ("bundle", "install", str(big["bundle"]), "--state", str(state))
+    args = ("bundle", "install", "--no-scan", str(big["bundle"]), "--state", str(state))
     args += ("--weights-dir", str(target))
     proc = sglx_process(*args)
     wait_for(proc, "loading sglx-test/bundle-big")

@@ -110,7 +110,16 @@ def test_the_upgrade_carries_no_weights_and_reuses_the_store_entry(
     models, state = site / "models", str(site / "state")
     entry = models / world.hex
     mount = f"{entry}:/models/model:ro"
-    install = ("bundle", "install", "--state", state, "--models-root", str(models), "-q")
+    install = (
+        "bundle",
+        "install",
+        "--no-scan",
+        "--state",
+        state,
+        "--models-root",
+        str(models),
+        "-q",
+    )
     code, first = sglx_json(*install, str(world.bundles["v1"]))
     assert code == 0, first
     assert first["data"]["steps"]["weights"]["status"] == "done"
@@ -132,7 +141,16 @@ def test_a_tampered_entry_is_replaced_only_when_asked_and_a_delta_never_mounts_i
 ) -> None:
     models, state = site / "models", str(site / "state")
     entry = models / world.hex
-    install = ("bundle", "install", "--state", state, "--models-root", str(models), "-q")
+    install = (
+        "bundle",
+        "install",
+        "--no-scan",
+        "--state",
+        state,
+        "--models-root",
+        str(models),
+        "-q",
+    )
     code, _ = sglx_json(*install, str(world.bundles["v1"]))
     assert code == 0
     shard = entry / "model-00000-of-00002.safetensors"
@@ -185,7 +203,15 @@ def test_a_bundle_naming_another_models_digest_never_takes_its_entry(
     theirs = models / other.removeprefix("sha256:")
     theirs.mkdir(parents=True)
     (theirs / "sglx-weights.json").write_text("another model's\n")
-    install = ("bundle", "install", "--state", str(site / "state"), "--models-root", str(models))
+    install = (
+        "bundle",
+        "install",
+        "--no-scan",
+        "--state",
+        str(site / "state"),
+        "--models-root",
+        str(models),
+    )
     code, refused = sglx_json(*install, "-q", str(forged))
     assert code == 2, refused
     [error] = refused["errors"]
@@ -200,7 +226,7 @@ def test_a_bundle_naming_another_models_digest_never_takes_its_entry(
 
 def install_sh(bundle: Path, site: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        ["sh", str(bundle / "install.sh"), "--state", str(site / "state"), *args],
+        ["sh", str(bundle / "install.sh"), "--no-scan", "--state", str(site / "state"), *args],
         capture_output=True,
         text=True,
         timeout=120,

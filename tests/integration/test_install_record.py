@@ -68,7 +68,7 @@ def bundle(pristine: tuple[Path, str], tmp_path: Path, docker: Any) -> Iterator[
 
 def install_sh(bundle: Path, state: Path, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        ["sh", str(bundle / "install.sh"), "--state", str(state)],
+        ["sh", str(bundle / "install.sh"), "--no-scan", "--state", str(state)],
         capture_output=True, text=True, timeout=300, check=False, env={**os.environ, **env},
     )  # fmt: skip
 
@@ -96,7 +96,9 @@ def test_a_bundle_installed_by_install_sh_is_installed_for_sglx(
     assert written["bundle_path"] == str(folder.resolve())
     assert record.installed(written, digest)
 
-    code, envelope = sglx_json("bundle", "install", str(folder), "--state", str(state), "-q")
+    code, envelope = sglx_json(
+        "bundle", "install", "--no-scan", str(folder), "--state", str(state), "-q"
+    )
     assert code == 0, envelope
     data = envelope["data"]
     assert data["redone"] == []
@@ -110,7 +112,9 @@ def test_a_bundle_installed_by_sglx_is_installed_for_install_sh(
 ) -> None:
     folder, image_id = bundle
     state = tmp_path / "state"
-    code, envelope = sglx_json("bundle", "install", str(folder), "--state", str(state), "-q")
+    code, envelope = sglx_json(
+        "bundle", "install", "--no-scan", str(folder), "--state", str(state), "-q"
+    )
     assert code == 0, envelope
     assert envelope["data"]["installed_before"] is None
     path, written = the_record(state)
@@ -153,7 +157,9 @@ def test_a_record_is_not_forged_by_editing_the_bundle(
     assert chunk in written["verified"]
     flip_keeping_mtime(folder / chunk)
 
-    code, envelope = sglx_json("bundle", "install", str(folder), "--state", str(state), "-q")
+    code, envelope = sglx_json(
+        "bundle", "install", "--no-scan", str(folder), "--state", str(state), "-q"
+    )
     assert code == 1
     assert [f["path"] for f in envelope["findings"]] == [chunk]
     done = install_sh(folder, state)
@@ -169,7 +175,7 @@ def role_install(bundle: Path, state: Path, work: Path) -> subprocess.CompletedP
         "name": "Install a bundle", "hosts": "localhost", "connection": "local",
         "gather_facts": False,
         "roles": [{"role": "bundle_install", "bundle_install_path": str(bundle),
-                   "bundle_install_state_dir": str(state),
+                   "bundle_install_state_dir": str(state), "bundle_install_no_scan": True,
                    "bundle_install_docker": shutil.which("docker")}],
     }]))  # fmt: skip
     return subprocess.run(
@@ -192,7 +198,10 @@ def test_the_role_reads_and_writes_the_same_record(
 ) -> None:
     folder, image_id = bundle
     state = tmp_path / "state"
-    assert sglx_json("bundle", "install", str(folder), "--state", str(state), "-q")[0] == 0
+    assert (
+        sglx_json("bundle", "install", "--no-scan", str(folder), "--state", str(state), "-q")[0]
+        == 0
+    )
     done = role_install(folder, state, tmp_path)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr
     assert install_task(done) == "skipping"
@@ -204,7 +213,9 @@ def test_the_role_reads_and_writes_the_same_record(
     assert install_task(done) == "changed"
     _, written = the_record(state)
     assert written["door"] == "bundle_install" and written["image_id"] == image_id
-    code, envelope = sglx_json("bundle", "install", str(folder), "--state", str(state), "-q")
+    code, envelope = sglx_json(
+        "bundle", "install", "--no-scan", str(folder), "--state", str(state), "-q"
+    )
     assert code == 0
     assert envelope["data"]["installed_before"]["door"] == "bundle_install"
     assert envelope["data"]["redone"] == []

@@ -90,7 +90,12 @@ def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SiteRegistry]
 
 
 def seed(registry: SiteRegistry, bundle: Path, *args: str, **extra: Any) -> Any:
-    variables = {**registry.vars, "sglx_registry_bundle_src": str(bundle), **extra}
+    variables = {
+        **registry.vars,
+        "sglx_registry_bundle_src": str(bundle),
+        "sglx_registry_no_scan": True,  # the bundles are made with --no-scan
+        **extra,
+    }
     return playbook(registry.work, [role_play("seed")], variables, *args)
 
 
@@ -157,7 +162,11 @@ def test_seeding_pushes_only_what_the_registry_lacks_and_refuses_what_it_cannot_
 
     # Again, with main: nothing changes, nothing is pushed.
     plays = [role_play("main"), role_play("seed")]
-    variables = {**registry.vars, "sglx_registry_bundle_src": str(chain.bundles["plugin"])}
+    variables = {
+        **registry.vars,
+        "sglx_registry_bundle_src": str(chain.bundles["plugin"]),
+        "sglx_registry_no_scan": True,
+    }
     done = playbook(registry.work, plays, variables)
     assert seeded(done)[1:4] == (digests["plugin"], 0, 2)
     assert recap(done.stdout)["localhost"]["changed"] == 0, done.stdout[-3000:]
@@ -174,6 +183,7 @@ def host_vars(
         "bundle_install_path": str(work / "host" / bundle),
         "bundle_install_src": str(chain.bundles[bundle]),
         "bundle_install_state_dir": str(work / "state"),
+        "bundle_install_no_scan": True,  # the bundles are made with --no-scan
         "bundle_install_docker": shutil.which("docker"),
         "bundle_install_registry": f"{registry.address}/sglx/cpu",
         "bundle_install_registry_digest": digest,

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers.bundles import hand_bundle
+from helpers.bundles import SCAN_OK, hand_bundle
 
 from sglx.bundle import layout
 from sglx.run_spec import run_spec
@@ -43,7 +43,7 @@ def bundle(tmp_path: Path) -> Path:
     archive.write_bytes(ARCHIVE)
     files = {
         "install.sh": b"#!/bin/sh\n",
-        layout.SCAN_REPORT: b'{"status": "ok"}\n',
+        layout.SCAN_REPORT: SCAN_OK,
         layout.VERSIONS: b"{}\n",
         # the run spec the start line is printed from (sglx.run_spec)
         layout.RUN_SPEC: json.dumps(run_spec(load_profile("cpu")).to_json()).encode(),
@@ -443,7 +443,7 @@ def peak_kib(done: subprocess.CompletedProcess[str]) -> int:
 
 
 SCAN_REPORTS = {
-    "a list": (b'["status", "ok"]', 'is not a JSON object with a "status" string'),
+    "a list": (b'["status", "ok"]', "not a scan report"),
     "deep": (b'{"status": ' + b"[" * 1000 + b"]" * 1000 + b"}", "nested more than 64 levels"),
     "not UTF-8": (b'{"status": "\xff\xfe"}', "the scan report is not valid JSON"),
     "not JSON": (b"{status: ok", "the scan report is not valid JSON"),
@@ -464,6 +464,28 @@ def test_a_malformed_scan_report_is_named_and_nothing_is_installed(
     code, out, err = sglx("bundle", "install", str(bundle), "--state", str(tmp_path / "s"))
     assert code == 1
     assert_refused(out, err, f"{layout.SCAN_REPORT}: ", words, "nothing was installed")
+
+
+def test_an_unscanned_bundle_is_not_installed_unless_the_operator_accepts_it(
+    sglx: CliRunner, bundle: Path, tmp_path: Path, docker: Any
+) -> None:
+    """Issue 37 item 4: install does not scan, so a bundle that carries no scan report (made
+    with --no-scan) is "not scanned", a finding, and nothing is installed; --no-scan accepts it
+    (here the install then goes on to load the image archive, which is random bytes)."""
+
+    def drop(document: dict[str, Any]) -> None:
+        document["files"].remove(entry(document, layout.SCAN_REPORT))
+        (bundle / layout.SCAN_REPORT).unlink()
+
+    rewrite(bundle, drop)
+    state = str(tmp_path / "s")
+    code, out, err = sglx("bundle", "install", str(bundle), "--state", state)
+    assert code == 1
+    assert_refused(out, err, "not scanned: the bundle carries no meta/scan.json, and install "
+                   "does not scan", "install with --no-scan", "nothing was installed")  # fmt: skip
+    code, out, err = sglx("bundle", "install", str(bundle), "--state", state, "--no-scan")
+    assert "not scanned" not in out + err and "loading fixture-scan:test" in err, out + err
+    assert code == 2 and "docker load of fixture-scan:test failed" in err, out + err
 
 
 @pytest.mark.parametrize("name", ["my model", "modèle", ".hidden", "a" * 129])

@@ -172,6 +172,12 @@ def register(
         "done unasked: every image that mounts the entry would serve them); the bundle's "
         "bytes are checked first",
     )
+    p.add_argument(
+        "--no-scan",
+        action="store_true",
+        help="install a bundle that carries no scan report (made with --no-scan), or one whose "
+        "report has findings: without it, either is a finding and nothing is installed",
+    )
     p.set_defaults(func=_cmd_bundle_install)
 
     p = verbs.add_parser(
@@ -267,5 +273,6 @@ def _cmd_bundle_install(args: argparse.Namespace) -> Result:
         jit_root=args.jit_root,
         models_root=args.models_root,
         replace_weights=args.replace_weights,
+        no_scan=args.no_scan,
     )
     return install_bundle(args.bundle, options, Progress("bundle install", quiet=args.quiet))

@@ -34,6 +34,7 @@ from sglx.bundle.files import copy_hashed, require_space
 from sglx.bundle.image_archive import layer_findings
 from sglx.bundle.manifest import BundleManifest, parse, sha256_bytes
 from sglx.bundle.record import InstallRecord
+from sglx.bundle.scan_report import not_scanned, report_findings
 from sglx.bundle.source import bundle_folder
 from sglx.bundle.verify import SignaturePolicy, check_files, read_manifest_bytes
 from sglx.bundle.weights_store import (
@@ -69,6 +70,8 @@ class InstallOptions:
     models_root: Path | None = None
     # Replace a store entry that holds other bytes (never done unasked).
     replace_weights: bool = False
+    # Install a bundle that carries no scan report (or one with findings) without a finding.
+    no_scan: bool = False
 
 
 @dataclass
@@ -112,7 +115,8 @@ def _install(bundle: Path, options: InstallOptions, progress: Progress) -> Resul
     manifest = check.manifest
     findings = list(check.findings)
     if manifest is not None and not findings:
-        findings += _scan_report_findings(bundle)
+        missing = not_scanned("and install does not scan", "install with --no-scan")
+        findings += [] if options.no_scan else report_findings(bundle, missing=missing)
     if manifest is not None and not findings:
         findings += layer_findings(bundle, manifest)
     if findings or manifest is None or plan is None:
@@ -284,40 +288,6 @@ def _jit_root_trusted(bundle: Path, options: InstallOptions) -> None:
             code="usage",
             path=str(path),
         )
-
-
-def _scan_report_findings(bundle: Path) -> list[Finding]:
-    report = bundle / layout.SCAN_REPORT
-    if not report.is_file():
-        return []
-    remake = "create the bundle again on the source side (its scan report is damaged)"
-    try:
-        envelope = read_json(
-            report, what="scan report", max_bytes=layout.MAX_META_BYTES, hint=remake
-        )
-    except SglxError as exc:
-        return [Finding("bundle_scan", exc.message, layout.SCAN_REPORT, exc.hint)]
-    status = envelope.get("status") if isinstance(envelope, dict) else None
-    if not isinstance(status, str):
-        return [
-            Finding(
-                "bundle_scan",
-                f'{report}: the scan report is not a JSON object with a "status" string',
-                layout.SCAN_REPORT,
-                remake,
-            )
-        ]
-    if status == "ok":
-        return []
-    return [
-        Finding(
-            "bundle_scan",
-            f"the bundle's scan report ({layout.SCAN_REPORT}) has findings: the image's "
-            "dependencies do not all resolve",
-            layout.SCAN_REPORT,
-            "run `sglx bundle verify DIR` to see them; fix the image and create the bundle again",
-        )
-    ]
 
 
 def _check_asked(manifest: BundleManifest, options: InstallOptions) -> None:

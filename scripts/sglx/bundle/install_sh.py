@@ -81,6 +81,8 @@ TEMPLATE = Template(
 #   checked there, and the printed line mounts their folder read-only.
 # --replace-weights: replace a store entry that holds other bytes than the bundle's (never done
 #   unasked: every image that mounts it would serve them; $$SGLX_REPLACE_WEIGHTS=1 too).
+# --no-scan: accept a bundle that carries no scan report ($scan_report, made by bundle create),
+#   or one whose report has findings; without it either stops the install ($$SGLX_NO_SCAN=1 too).
 set -eu
 image_ref=$image_ref
 image_id=$image_id
@@ -132,8 +134,8 @@ q() {
 $record_sh
 $weights_sh
 usage="sh install.sh [--check] [--state DIR] [--jit-root DIR] [--models-root DIR] \
-[--replace-weights] [NAME.tar]"
-check=0 tar_file= replace_weights=$${SGLX_REPLACE_WEIGHTS:-0}
+[--replace-weights] [--no-scan] [NAME.tar]"
+check=0 tar_file= replace_weights=$${SGLX_REPLACE_WEIGHTS:-0} no_scan=$${SGLX_NO_SCAN:-0}
 while [ $$# -gt 0 ]; do
   case $$1 in
     --check) check=1 ;;
@@ -147,6 +149,7 @@ while [ $$# -gt 0 ]; do
       models_root=$$2; shift ;;
     --models-root=*) models_root=$${1#--models-root=} ;;
     --replace-weights) replace_weights=1 ;;
+    --no-scan) no_scan=1 ;;
     -*) die "unknown option $$(q "$$1")" "usage: $$usage" ;;
     *) [ -z "$$tar_file" ] || die "more than one tar named" "usage: $$usage"; tar_file=$$1 ;;
   esac
@@ -366,6 +369,19 @@ else
   here=$$(dirname -- "$$0")
   cd -- "$$here" || die "cannot enter the bundle folder $$(q "$$here")"
   check_folder
+fi
+# The scan report bundle create made (sglx.bundle.scan_report), checked with every file: none
+# means the image was never scanned, and install.sh cannot scan it; a report whose top-level
+# status (bundle create writes it with an indent of 2) is not ok has findings.
+if [ "$$no_scan" != 1 ]; then
+  [ -f $scan_report ] ||
+    die "not scanned: the bundle carries no $scan_report, and install.sh does not scan" \
+      "create the bundle again without --no-scan on the source side, or pass --no-scan (or set \
+SGLX_NO_SCAN=1) to accept an unscanned bundle" 1
+  LC_ALL=C grep -Eqx '  "status": "ok",?' $scan_report ||
+    die "the bundle's scan report ($scan_report) has findings, or is not a scan report" \
+      "run \`sglx bundle verify DIR\` to see them, fix the image and create the bundle again; or \
+pass --no-scan (or set SGLX_NO_SCAN=1) to accept it" 1
 fi
 [ "$$check" = 0 ] || exit 0
 record_prepare
@@ -749,6 +765,7 @@ def render(
         chunk_count=len(chunks),
         chunks=" ".join(shlex.quote(c) for c in chunks),
         models_root_env=MODELS_ROOT_ENV,
+        scan_report=shlex.quote(layout.SCAN_REPORT),
         models_root_default=shlex.quote(plain(spec.models_root or "", "the weights store")),
         models_mark=install_sh_weights.MODELS_MARK,
         **stored,

@@ -10,8 +10,6 @@ delta's chain is checked (sglx.bundle.delta.chain_findings).
 
 from __future__ import annotations
 
-import json
-import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,12 +19,12 @@ from sglx.bundle import layout
 from sglx.bundle.delta import Bundle, chain_findings, describe, read_bundle
 from sglx.bundle.image_archive import layer_findings
 from sglx.bundle.manifest import BundleManifest
+from sglx.bundle.scan_report import NOT_SCANNED, not_scanned, report_findings
 from sglx.bundle.source import bundle_folder
 from sglx.bundle.verify import FileCheck, SignaturePolicy, check_files
 from sglx.progress import Progress
 from sglx_core.errors import SglxError
 from sglx_core.report import Finding, Result, Table
-from sglx_core.untrusted import read_json
 
 
 def verify_bundle(
@@ -68,9 +66,12 @@ def _verify(
     partial = manifest is not None and bool(manifest.image.referenced())
     scan_status = "skipped (--no-scan)" if not scan else "not run: the files did not verify"
     if scan and not findings and manifest is not None and partial:
-        findings += _report_findings(folder)
         which = "a delta" if manifest.image.parent is not None else "without its base's layers"
-        if any(f.code == "bundle_not_scanned" for f in findings):
+        missing = not_scanned(
+            f"and its image is not whole here ({which}) to scan it now", "verify with --no-scan"
+        )
+        findings += report_findings(folder, missing=missing)
+        if any(f.code == NOT_SCANNED for f in findings):
             scan_status = f"not scanned ({which}: no report was made at create)"
         else:
             scan_status = "findings" if findings else "ok"
@@ -143,53 +144,6 @@ def _delta_data(manifest: BundleManifest | None) -> dict[str, Any]:
         "base": None if image.base is None else image.base.model_dump(mode="json"),
         "needs": [layer.chain_id for layer in image.referenced()],
     }
-
-
-def _report_findings(folder: Path) -> list[Finding]:
-    """A delta's scan: the findings of the report create made of the whole image. A bundle
-    without one was not scanned (made with --no-scan, or altered): that is a finding, never
-    "ok"; `verify --no-scan` is how an operator accepts it."""
-    path = folder / layout.SCAN_REPORT
-    if not os.path.lexists(path):
-        return [
-            Finding(
-                "bundle_not_scanned",
-                f"not scanned: the bundle carries no {layout.SCAN_REPORT}, and its image is not "
-                "whole here (a delta or a bundle without its base's layers) to scan it now",
-                layout.SCAN_REPORT,
-                "create the bundle again without --no-scan on the source side, or verify with "
-                "--no-scan to accept an unscanned bundle",
-            )
-        ]
-    remake = "create the bundle again on the source side (its scan report is damaged)"
-    try:
-        envelope = read_json(path, what="scan report", max_bytes=layout.MAX_META_BYTES, hint=remake)
-    except SglxError as exc:
-        return [Finding("bundle_scan", exc.message, layout.SCAN_REPORT, exc.hint)]
-    items = envelope.get("findings") if isinstance(envelope, dict) else None
-    if not isinstance(items, list) or envelope.get("status") not in ("ok", "findings"):
-        message = f"{layout.SCAN_REPORT} is not a scan report"
-        return [Finding("bundle_scan", message, layout.SCAN_REPORT, remake)]
-    return [
-        Finding(
-            "bundle_scan",
-            f"image scan (at create): {_text(item.get('message'))}",
-            None if item.get("path") is None else _text(item.get("path")),
-            None if item.get("hint") is None else _text(item.get("hint")),
-        )
-        for item in items
-        if isinstance(item, dict)
-    ] or (
-        [Finding("bundle_scan", "the scan report has findings", layout.SCAN_REPORT, remake)]
-        if envelope.get("status") == "findings"
-        else []
-    )
-
-
-def _text(value: object) -> str:
-    """A value of the bundle's scan report as text: a string as it is, anything else as JSON
-    (never a Python repr); the report's renderer escapes its control characters."""
-    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)[:500]
 
 
 def _scan(folder: Path, check: FileCheck, jobs: int, progress: Progress) -> list[Finding]:
