@@ -433,7 +433,7 @@ def test_vendor_amd_smi_idle(host: Any, facts: HostFacts, record_property: Any) 
         max_gfx_activity=settings.idle.max_utilization_pct,
     )
     vendor.judge(
-        [result],
+        [result, *vendor.counted(host, facts, "amd-smi", len(readings))],
         [out],
         record_property,
         "stop what runs on the GPUs (`amd-smi process`), check the host's cooling and "
@@ -448,7 +448,7 @@ def test_vendor_amd_smi_ecc(host: Any, facts: HostFacts, record_property: Any) -
     out = vendor.run(host, path, ["metric", "-e", "--json"], settings.timeout_s, merge_stderr=False)
     readings = vendor.parse(out, lambda data: amd_smi.parse_metric_json(data, require=("ecc",)))
     vendor.judge(
-        [amd_smi.check_ecc(readings)],
+        [amd_smi.check_ecc(readings), *vendor.counted(host, facts, "amd-smi", len(readings))],
         [out],
         record_property,
         "take the host out of service and have the GPU checked (`amd-smi bad-pages`, "
@@ -469,7 +469,7 @@ def test_vendor_amd_smi_partitions(host: Any, facts: HostFacts, record_property:
     parts = vendor.parse(out, amd_smi.parse_partition_json)
     result = amd_smi.check_partitions(parts, compute=want.compute, memory=want.memory)
     vendor.judge(
-        [result],
+        [result, *vendor.counted(host, facts, "amd-smi", len(parts))],
         [out],
         record_property,
         f"set the modes with `amd-smi set -C {want.compute}` and `amd-smi set -M "
@@ -549,7 +549,7 @@ def test_vendor_xpu_smi_idle(host: Any, facts: HostFacts, record_property: Any) 
         max_utilization=settings.idle.max_utilization_pct,
     )
     vendor.judge(
-        [result],
+        [result, *vendor.counted(host, facts, "xpu-smi", len(readings))],
         [out],
         record_property,
         "stop what runs on the cards (`xpu-smi` lists their processes), check the host's "
@@ -561,7 +561,7 @@ def test_vendor_xpu_smi_ecc(host: Any, facts: HostFacts, record_property: Any) -
     """No uncorrectable ECC error on any XPU, and ECC enabled where xpu-smi shows the mode."""
     out, readings = _xpu_smi_query(host, facts, idle=False)
     vendor.judge(
-        [xpu_smi.check_ecc(readings)],
+        [xpu_smi.check_ecc(readings), *vendor.counted(host, facts, "xpu-smi", len(readings))],
         [out],
         record_property,
         "take the host out of service and have the card checked by the vendor; enable "

@@ -23,7 +23,7 @@ from facts import HostFacts
 from probes import container_inspect, problem
 
 from sglx.gate.vendor import MAX_OUTPUT_BYTES
-from sglx.gate.vendor.result import ToolResult, not_run
+from sglx.gate.vendor.result import ToolResult, device_count, not_run
 from sglx_core.errors import SglxError
 from sglx_core.profile.schema import GateVendor
 
@@ -43,6 +43,28 @@ _NOT_JUDGED = "temperature not judged (the profile sets no limit)"
 _RC = re.compile(r"sglx-rc=(\d*)\s*$")
 
 T = TypeVar("T")
+
+# The devices the host's kernel shows, by the kind of the profile's device probe
+# (devices.probe): a shell count, its source in words, and the device's name. The probe root
+# is $SGLX_PROBE_ROOT (sglx_core.serving.hardware's; unset on a host, so /).
+# - kfd: the KFD topology's GPU nodes (a CPU node has simd_count 0). A partitioned GPU shows
+#   one node per partition, and amd-smi lists one GPU per partition ("each partition appears
+#   as a separate logical GPU": rocm-systems projects/amdsmi/docs/conceptual/partition.md),
+#   so the two counts agree in every mode.
+# - kunlun: the kunlun driver's /dev/xpuN nodes, one per card xpu-smi lists.
+DEVICE_COUNTS = {
+    "kfd": (
+        "grep -ls '^simd_count [1-9]' "
+        '"${SGLX_PROBE_ROOT:-}"/sys/class/kfd/kfd/topology/nodes/*/properties | wc -l',
+        "GPU nodes of /sys/class/kfd/kfd/topology",
+        "GPU",
+    ),
+    "kunlun": (
+        "ls \"${SGLX_PROBE_ROOT:-}\"/dev | grep -cE '^xpu[0-9]+$'",
+        "/dev/xpuN nodes",
+        "XPU",
+    ),
+}
 
 
 @dataclass(frozen=True)
@@ -135,6 +157,24 @@ def run(host: Any, path: str, args: list[str], timeout_s: int, *, merge_stderr: 
         )
     head = stderr[: status.start()] if status else stderr
     return Output(shown, done.stdout_bytes, head.strip(), rc)
+
+
+def counted(host: Any, facts: HostFacts, tool: str, listed: int) -> list[ToolResult]:
+    """The tool's device count held against the host's kernel (DEVICE_COUNTS, by the profile's
+    device probe); none for a profile whose probe counts no device."""
+    kind = getattr(facts.profile.devices.probe, "kind", None)
+    if kind not in DEVICE_COUNTS:
+        return []
+    command, source, unit = DEVICE_COUNTS[kind]
+    found = host.run(command)
+    present = found.stdout.strip()
+    if not present.isdigit():
+        problem(
+            f"cannot count the {unit}s the host's kernel shows ({source}): "
+            f"{_last_line(found.stderr) or 'no count printed'}",
+            "check that /sys and /dev are readable by the checks' user (become: root)",
+        )
+    return [device_count(tool, listed, int(present), source, unit)]
 
 
 def parse(output: Output, reader: Callable[[bytes], T]) -> T:

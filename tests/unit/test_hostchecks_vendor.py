@@ -8,6 +8,7 @@ not parse fails naming the field. Built and tested on fixtures, not run on hardw
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -49,13 +50,31 @@ def printing(folder: Path, name: str, sample: Path, rc: int = 0) -> Path:
     return tool(folder, name, f"cat '{sample}'\nexit {rc}\n")
 
 
+def kernel_devices(root: Path, *, gpus: int = 8, xpus: int = 1) -> None:
+    """The devices the host's kernel shows under probe root `root` (the checks' count,
+    hostchecks/vendor.DEVICE_COUNTS): a KFD topology of one CPU node and `gpus` GPU nodes (as
+    the amd-smi samples list), and `xpus` /dev/xpuN nodes (as the xpu-smi sample lists)."""
+    nodes = root / "sys/class/kfd/kfd/topology/nodes"
+    shutil.rmtree(root, ignore_errors=True)
+    for number in range(gpus + 1):
+        (nodes / str(number)).mkdir(parents=True)
+        simd = 0 if number == 0 else 1216  # node 0 is the CPU's
+        (nodes / str(number) / "properties").write_text(f"cpu_cores_count 0\nsimd_count {simd}\n")
+    (root / "dev").mkdir()
+    for name in [f"xpu{n}" for n in range(xpus)] + ["xpuctrl"]:
+        (root / "dev" / name).write_text("")
+
+
 @pytest.fixture
 def bin_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A folder first on PATH, with a `docker` that knows no container (no server runs), and
-    nothing else of this machine's but the basic commands."""
+    nothing else of this machine's but the basic commands; the kernel shows the samples'
+    devices (kernel_devices, under $SGLX_PROBE_ROOT)."""
     folder = tmp_path / "bin"
     tool(folder, "docker", "exit 1\n")
     monkeypatch.setenv("PATH", f"{folder}:/usr/bin:/bin")
+    kernel_devices(tmp_path / "probe")
+    monkeypatch.setenv("SGLX_PROBE_ROOT", str(tmp_path / "probe"))
     return folder
 
 
@@ -164,6 +183,7 @@ def test_amd_smi_idle_ecc_and_partitions_pass_on_the_samples(bin_dir: Path) -> N
     facts = facts_of("gfx942")
     idle = run_check(checks.test_vendor_amd_smi_idle, facts)
     assert "8 GPUs idle: GFX activity at most 0 %" in idle and "under 85 °C" in idle
+    assert "8 GPUs listed, as the kernel shows" in idle
     assert "0 uncorrectable ECC errors" in run_check(checks.test_vendor_amd_smi_ecc, facts)
     assert "GPUs in SPX/NPS1" in run_check(checks.test_vendor_amd_smi_partitions, facts)
 
@@ -327,7 +347,41 @@ def test_all_reduce_perf_below_the_floor_fails(bin_dir: Path) -> None:
     assert "under the 350 GB/s floor" in said
 
 
+@pytest.mark.parametrize(
+    "check",
+    [
+        checks.test_vendor_amd_smi_idle,
+        checks.test_vendor_amd_smi_ecc,
+        checks.test_vendor_amd_smi_partitions,
+    ],
+    ids=lambda c: c.__name__,
+)
+def test_a_gpu_amd_smi_does_not_list_fails_every_amd_smi_check(
+    bin_dir: Path, tmp_path: Path, check: Check
+) -> None:
+    """Issue 37 item 5: the kernel shows 9 GPUs, amd-smi lists 8 (all idle, no ECC error, in
+    the right modes): the ninth was judged by nothing, so each check fails naming both counts."""
+    amd_smi(bin_dir, metric())
+    kernel_devices(tmp_path / "probe", gpus=9)
+    said = failure(check, facts_of("gfx942"))
+    assert "amd-smi lists 8 GPUs, but the host's kernel shows 9 (GPU nodes of " in said, said
+    assert "a device the tool does not list is not checked" in said
+
+
 # -- xpu-smi ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "check", [checks.test_vendor_xpu_smi_idle, checks.test_vendor_xpu_smi_ecc],
+    ids=lambda c: c.__name__,
+)  # fmt: skip
+def test_an_xpu_xpu_smi_does_not_list_fails_its_checks(
+    bin_dir: Path, tmp_path: Path, check: Check
+) -> None:
+    xpu = printing(bin_dir, "xpu-smi", DATA / "xpu_smi" / "query_p800_pcie_zstack.txt")
+    kernel_devices(tmp_path / "probe", xpus=2)  # the sample is one card's block
+    said = failure(check, facts_of("kunlun", site={"accel_host_xpu_smi": str(xpu)}))
+    assert "xpu-smi lists 1 XPU, but the host's kernel shows 2 (/dev/xpuN nodes)" in said, said
 
 
 def test_xpu_smi_idle_and_ecc_pass_on_the_p800_sample(bin_dir: Path) -> None:

@@ -83,3 +83,21 @@ def verdict(
         return ToolResult(tool, True, True, passed_reason, [], numbers)
     reason = problems[0] if len(problems) == 1 else f"{problems[0]} (and {len(problems) - 1} more)"
     return ToolResult(tool, True, False, reason, problems, numbers)
+
+
+def device_count(tool: str, listed: int, present: int, source: str, unit: str) -> ToolResult:
+    """Whether `tool` listed as many devices (`listed`) as the host's kernel shows (`present`,
+    read from `source`): a device the tool does not list is a device none of its checks
+    judged, so "7 of 8 GPUs idle" is a failure, not a pass."""
+    numbers: dict[str, Number] = {"listed": listed, "present": present}
+    findings = []
+    if listed != present:
+        findings.append(
+            f"{tool} lists {_many(listed, unit)}, but the host's kernel shows {present} "
+            f"({source}): a device the tool does not list is not checked"
+        )
+    return verdict(tool, findings, numbers, f"{_many(listed, unit)} listed, as the kernel shows")
+
+
+def _many(count: int, unit: str) -> str:
+    return f"{count} {unit}" if count == 1 else f"{count} {unit}s"
