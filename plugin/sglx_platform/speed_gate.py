@@ -27,6 +27,14 @@ A fresh measurement that fails is a suspicion: the host is measured again at onc
 host slow twice fails. A busy neighbour or a log rotation costs one more benchmark, not a
 rollback. The result names both measurements (`data.measurements`).
 
+An outlier is also confirmed beside a peer, since a fleet that slowed as a whole (a busy
+switch, a storage scan on every host) makes the median stale, not the host slow. A result that
+fails as an outlier names the peer to measure again (`data.confirm_with`: the host of its fleet
+whose record is nearest the median). The caller measures that peer on its own host
+(`--measure-only`, which prints a record and judges nothing) and then judges this host's last
+measurement beside the peer's fresh one (`--confirm-with PEER`: both records in `--peers`,
+nothing measured). The rollout (sglang_service's health gate) does both.
+
 Exit codes: 0 passed, 1 findings (outlier, below a floor, failed requests), 2 the benchmark
 could not run or a record is malformed: both fail the gate.
 """
@@ -157,6 +165,18 @@ def parse_started_at(text: str) -> datetime:
     return when
 
 
+def confirm_peer(judged: Result, host: str, others: Mapping[str, Any]) -> str | None:
+    """The peer to measure again when `host` failed as an outlier: the fleet host whose output
+    tok/s is nearest the median (ties by name); None for a failure that is no outlier."""
+    report = judged.data
+    verdicts = [h for h in report.get("hosts", []) if h.get("host") == host]
+    failed = {c["name"] for v in verdicts for c in v["checks"] if c["outcome"] == "failed"}
+    median = verdicts[0].get("median_output_tok_s") if verdicts else None
+    if "outlier" not in failed or median is None or not others:
+        return None
+    return min(sorted(others), key=lambda peer: abs(others[peer].output_tok_s - median))
+
+
 def gate(
     *,
     url: str,
@@ -219,6 +239,9 @@ def gate(
     )
     lines.append(f"{host}: {twice}: {'passes' if passed else 'slow twice, it fails'}")
     findings = tuple(replace(f, message=f"{f.message} ({twice})") for f in judged.findings)
+    peer = None if passed else confirm_peer(judged, host, others)
+    if peer is not None:
+        lines.append(f"{host}: an outlier: {peer}, nearest the fleet median, is measured again")
     return _result(
         replace(judged, findings=findings),
         again,
@@ -226,6 +249,69 @@ def gate(
         measured=True,
         lines=lines,
         earlier=first,
+        confirm_with=peer,
+    )
+
+
+def confirm(
+    *,
+    host: str,
+    peer: str,
+    fleet: str,
+    peers: bytes,
+    fraction: float,
+    site_floors: Mapping[str, Any],
+    site_slos: Mapping[str, Any] | None = None,
+    profile: Profile | None = None,
+) -> Result:
+    """Judge `host`'s last measurement (its record in `peers`) beside `peer`'s fresh one (also
+    in `peers`) and the rest of the fleet's records; nothing is measured. Passes when the
+    outlier was the fleet's stale median, fails naming the peer's new figure when it holds."""
+    profile = profile or baked_profile()
+    settings = settings_of(profile, site_slos)
+    records = read_records(peers)
+    for name, what in ((host, "this host's last measurement"), (peer, "the peer's new one")):
+        if name not in records or records[name].fleet != fleet:
+            raise SglxError(
+                f"--confirm-with: --peers holds no record of {name} in this fleet ({what})",
+                hint="pass this host's last record and the peer's fresh one (--measure-only)",
+                code="usage",
+            )
+    results = {h: r.result(settings) for h, r in records.items() if r.fleet == fleet}
+    report = judge(
+        results,
+        fraction=fraction,
+        fleet=dict.fromkeys(results, fleet),
+        floors=floors_of(profile, site_floors),
+    )
+    verdict = next(v for v in report.verdicts if v.host == host)
+    full = report.result(COMMAND)
+    beside = f"{peer} measured again beside it: {results[peer].output_tok_s:.1f} output tok/s"
+    mine = tuple(
+        replace(f, message=f"{f.message} ({beside})")
+        for f in full.findings
+        if f.message.startswith(f"{host}:")
+    )
+    said = "still an outlier, it fails" if not verdict.passed else "passes: the fleet had slowed"
+    return _result(
+        replace(full, findings=mine),
+        records[host],
+        passed=verdict.passed,
+        measured=False,
+        lines=[f"{host}: {beside}: {said}"],
+    )
+
+
+def measure_only(*, url: str, host: str, fleet: str, timeout: float) -> Result:
+    """One measurement of this server as a record (`data.record`), judged by nothing: the peer's
+    side of a confirmation."""
+    settings = settings_of(baked_profile(), None)
+    record = _measure(settings, url, host, fleet, timeout)
+    tok_s = record.result(settings).output_tok_s
+    return Result(
+        COMMAND,
+        data={"passed": True, "measured": True, "record": record.to_json()},
+        lines=(f"{host}: measured {tok_s:.1f} output tok/s (a confirmation: not judged)",),
     )
 
 
@@ -237,6 +323,7 @@ def _result(
     measured: bool,
     lines: list[str],
     earlier: SpeedRecord | None = None,
+    confirm_with: str | None = None,
 ) -> Result:
     return replace(
         judged,
@@ -245,6 +332,7 @@ def _result(
             "measured": measured,
             "record": record.to_json(),
             "measurements": [r.to_json() for r in (earlier, record) if r is not None],
+            "confirm_with": confirm_with,
             "report": judged.data,
         },
         lines=tuple(lines),
@@ -323,6 +411,18 @@ def main(argv: list[str] | None = None) -> int:
         help="when the server started (docker inspect's State.StartedAt): a record of this "
         "fleet measured since then is judged again instead of measured again",
     )
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--measure-only",
+        action="store_true",
+        help="measure this server once and print its record, judging nothing (a peer's part "
+        "of a confirmation)",
+    )
+    mode.add_argument(
+        "--confirm-with",
+        metavar="PEER",
+        help="measure nothing: judge this host's record in --peers beside PEER's fresh one",
+    )
     parser.add_argument("--json", action="store_true", help="print the JSON envelope")
     args = parser.parse_args(argv)
     if not args.fleet and not (args.image and args.server_args is not None):
@@ -331,15 +431,28 @@ def main(argv: list[str] | None = None) -> int:
     def run() -> Result:
         floors = _object(args.floors, "--floors", '{"min_output_tok_s": 900}')
         slos = _object(args.slos, "--slos", '{"ttft_ms": 60000, "tpot_ms": 150}')
+        fleet = args.fleet or fleet_key(args.image, _server_args(args.server_args))
+        if args.measure_only:
+            return measure_only(url=args.url, host=args.host, fleet=fleet, timeout=args.timeout)
         peers = b""
         if args.peers == "-":
             peers = sys.stdin.buffer.read(MAX_PEERS_BYTES + 1)
         elif args.peers:
             peers = read_bounded(Path(args.peers), what="peers' records", max_bytes=MAX_PEERS_BYTES)
+        if args.confirm_with:
+            return confirm(
+                host=args.host,
+                peer=args.confirm_with,
+                fleet=fleet,
+                peers=peers,
+                fraction=args.fraction,
+                site_floors=floors,
+                site_slos=slos,
+            )
         return gate(
             url=args.url,
             host=args.host,
-            fleet=args.fleet or fleet_key(args.image, _server_args(args.server_args)),
+            fleet=fleet,
             peers=peers,
             fraction=args.fraction,
             site_floors=floors,

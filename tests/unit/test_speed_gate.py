@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import json
 import os
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from helpers.speed_records import STARTED, record_text, sample_line, sample_profile
 
 from sglx_core.errors import SglxError
 from sglx_core.gate.speed_record import (
@@ -22,41 +23,13 @@ from sglx_core.gate.speed_record import (
     parse_record,
     settings_of,
 )
-from sglx_core.profile import Profile, load_profile
+from sglx_core.profile import load_profile
 from sglx_core.report import Result
 from sglx_platform import speed_gate
 
-SAMPLE = Path(__file__).resolve().parents[1] / "data" / "gate" / "bench_serving-0.5.23.jsonl"
-STARTED = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
-
-
-def _profile() -> Profile:
-    """The cpu profile with the benchmark the sample line was made with."""
-    profile = load_profile("cpu")
-    slos = profile.gate.speed.slos.model_copy(update={"ttft_ms": 400.0, "tpot_ms": 40.0})
-    speed = profile.gate.speed.model_copy(
-        update={
-            "concurrency": 8,
-            "num_prompts": 32,
-            "input_len": 128,
-            "output_len": 64,
-            "slos": slos,
-        }
-    )
-    gate = profile.gate.model_copy(update={"speed": speed})
-    return profile.model_copy(update={"gate": gate})
-
-
-def _line(output_tok_s: float | None = None) -> str:
-    line = json.loads(SAMPLE.read_text().splitlines()[-1])
-    if output_tok_s is not None:
-        line["output_throughput"] = output_tok_s
-    return json.dumps(line)
-
-
-def _record(host: str, fleet: str = "f", tok_s: float | None = None, at: datetime = STARTED) -> str:
-    measured = (at + timedelta(minutes=1)).isoformat(timespec="seconds")
-    return json.dumps(SpeedRecord(host, fleet, measured, _line(tok_s)).to_json())
+_profile = sample_profile
+_line = sample_line
+_record = record_text
 
 
 def _gate(peers: dict[str, str]) -> Result:
@@ -178,6 +151,72 @@ def test_the_slow_host_is_named_against_its_fleet_and_other_fleets_are_left_out(
         "host-b: measured twice: 40.0, then 40.0 output tok/s: slow twice, it fails"
     )
     assert len(result.data["measurements"]) == 2
+    # An outlier is confirmed beside a peer before it counts: the one nearest the median.
+    assert result.data["confirm_with"] == "host-a"
+    assert (
+        result.lines[3] == "host-b: an outlier: host-a, nearest the fleet median, is measured again"
+    )
+
+
+def _confirm(peers: dict[str, str]) -> Result:
+    return speed_gate.confirm(
+        host="host-b",
+        peer="host-a",
+        fleet="f",
+        peers=json.dumps(peers).encode(),
+        fraction=0.7,
+        site_floors={},
+        profile=_profile(),
+    )
+
+
+def test_an_outlier_beside_a_fleet_that_slowed_as_a_whole_passes_its_confirmation() -> None:
+    """Issue 37: the peer nearest the median, measured again on its own host, is slow too (a
+    busy switch, a scan on every host): the median was stale, not the host slow."""
+    slowed = {
+        "host-a": _record("host-a", tok_s=45.0),  # measured again: the fleet slowed
+        "host-b": _record("host-b", tok_s=40.0),  # the suspect's last measurement
+        "host-d": _record("host-d", tok_s=210.0),
+    }
+    result = _confirm(slowed)
+    assert result.exit_code == 0, result
+    assert result.data["measured"] is False
+    assert result.lines == (
+        "host-b: host-a measured again beside it: 45.0 output tok/s: passes: the fleet had slowed",
+    )
+
+
+def test_an_outlier_beside_a_peer_still_fast_fails_naming_both() -> None:
+    held = {
+        "host-a": _record("host-a", tok_s=200.0),
+        "host-b": _record("host-b", tok_s=40.0),
+        "host-d": _record("host-d", tok_s=210.0),
+    }
+    result = _confirm(held)
+    assert result.exit_code == 1
+    (finding,) = result.findings
+    assert finding.message == (
+        "host-b: 40.0 output tok/s is 0.20 of the fleet median 200.0 (fraction 0.7): an outlier "
+        "(host-a measured again beside it: 200.0 output tok/s)"
+    )
+
+
+def test_a_confirmation_without_both_records_is_refused() -> None:
+    with pytest.raises(SglxError, match="holds no record of host-a in this fleet"):
+        _confirm({"host-b": _record("host-b", tok_s=40.0)})
+
+
+def test_a_failure_below_a_floor_names_no_peer_to_confirm_with(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _measured(monkeypatch, 20.0)
+    peers = {"host-a": _record("host-a", tok_s=21.0), "host-c": _record("host-c", tok_s=22.0)}
+    result = speed_gate.gate(
+        url="http://127.0.0.1:1", host="host-b", fleet="f", peers=json.dumps(peers).encode(),
+        fraction=0.7, site_floors={"min_output_tok_s": 100}, timeout=1, started_at=STARTED,
+        profile=_profile(),
+    )  # fmt: skip
+    assert result.exit_code == 1 and result.data["confirm_with"] is None
 
 
 def test_a_host_slow_once_is_measured_again_and_passes(monkeypatch: pytest.MonkeyPatch) -> None:
