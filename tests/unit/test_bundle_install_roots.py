@@ -12,17 +12,19 @@ from pathlib import Path
 import pytest
 
 from sglx.bundle import layout
+from sglx.bundle.carried_spec import CarriedSpec, read_carried_spec
 from sglx.bundle.install import InstallOptions, _jit_root_trusted, _outputs_outside
 from sglx.bundle.weights_store import models_root
 from sglx_core.errors import SglxError
 from sglx_core.profile import load_profile
 
 
-def _bundle(tmp_path: Path, **spec: object) -> Path:
+def _bundle(tmp_path: Path, **spec: object) -> CarriedSpec:
+    """The run spec a bundle carries, as install reads it once."""
     bundle = tmp_path / "bundle"
     (bundle / layout.RUN_SPEC).parent.mkdir(parents=True)
     (bundle / layout.RUN_SPEC).write_text(json.dumps({"arch": "cpu", **spec}))
-    return bundle
+    return read_carried_spec(bundle)
 
 
 def test_the_profiles_own_store_root_is_taken(
@@ -61,7 +63,7 @@ def test_a_jit_root_the_bundle_chose_is_refused_unless_the_site_names_it(
 
 
 def test_a_jit_root_inside_the_bundle_is_refused(tmp_path: Path) -> None:
-    bundle = _bundle(tmp_path)
+    bundle = _bundle(tmp_path).path.parent.parent
     options = InstallOptions(state=tmp_path / "state", jit_root=bundle / "jit")
     with pytest.raises(SglxError, match=r"JIT cache root \(--jit-root\) .* is inside the bundle"):
         _outputs_outside(bundle, options)

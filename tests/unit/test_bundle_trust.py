@@ -24,6 +24,7 @@ import pytest
 from helpers.bundles import SCAN_OK, hand_bundle
 
 from sglx.bundle import layout
+from sglx.bundle.carried_spec import read_carried_spec
 from sglx.run_spec import run_spec
 from sglx_core.profile import load_profile
 
@@ -249,7 +250,7 @@ def test_the_start_line_quotes_every_word(bundle: Path, tmp_path: Path) -> None:
 
     manifest = parse((bundle / layout.MANIFEST).read_bytes(), "bundle.json")
     weights = tmp_path / "my weights; touch pwned" / "demo"
-    result = _result(bundle, manifest, Steps(), weights)
+    result = _result(bundle, read_carried_spec(bundle), manifest, Steps(), weights)
     [line] = [x for x in result.lines if x.startswith("start the server with: ")]
     words = shlex.split(line.removeprefix("start the server with: "))
     assert words == result.data["docker_run"]

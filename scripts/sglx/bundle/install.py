@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from sglx.bundle import layout
+from sglx.bundle.carried_spec import CarriedSpec, own_roots, read_carried_spec
 from sglx.bundle.chunks import iter_blocks
 from sglx.bundle.delta import engine_missing, refusal
 from sglx.bundle.files import copy_hashed, require_space
@@ -42,14 +43,12 @@ from sglx.bundle.weights_store import (
     models_root,
     place_in_store,
     store_entry,
-    trusted_root,
 )
 from sglx.engine import docker_client
 from sglx.progress import Progress
 from sglx_core.errors import SglxError
 from sglx_core.jit_cache import ROOT_ENV
 from sglx_core.report import Finding, Result, Table
-from sglx_core.untrusted import read_json
 from sglx_core.util import make_folders
 
 PIP_TIMEOUT_S = 3600
@@ -99,7 +98,8 @@ def _install(bundle: Path, options: InstallOptions, progress: Progress) -> Resul
     _outputs_outside(bundle, options)
     raw = read_manifest_bytes(bundle)
     client = docker_client()
-    plan = _plan(bundle, raw, client, options)
+    spec = read_carried_spec(bundle)
+    plan = _plan(bundle, raw, spec, client, options)
     started = time.monotonic()
     make_folders(options.state, label="state folder (--state)")
     record = InstallRecord.load(options.state, sha256_bytes(raw), fresh=options.full)
@@ -173,7 +173,9 @@ def _install(bundle: Path, options: InstallOptions, progress: Progress) -> Resul
             "weights", {"path": str(weights_target), "digest": manifest.weights.digest}
         )
     record.finish()
-    result = _result(bundle, manifest, steps, weights_target, options.jit_root, plan.store_root)
+    result = _result(
+        bundle, spec, manifest, steps, weights_target, options.jit_root, plan.store_root
+    )
     return _with_record(result, record)
 
 
@@ -221,7 +223,9 @@ class Plan:
     store_problem: str | None = None
 
 
-def _plan(bundle: Path, raw: bytes, client: Any, options: InstallOptions) -> Plan | None:
+def _plan(
+    bundle: Path, raw: bytes, spec: CarriedSpec, client: Any, options: InstallOptions
+) -> Plan | None:
     """Check the asked steps and the free space for them; None when bundle.json does not
     parse (the file check then reports why)."""
     try:
@@ -236,13 +240,13 @@ def _plan(bundle: Path, raw: bytes, client: Any, options: InstallOptions) -> Pla
     missing = [] if has_image else engine_missing(client, manifest.image)
     if missing:
         raise refusal(manifest.image, missing)
-    _jit_root_trusted(bundle, options)
+    _jit_root_trusted(spec, options)
     target = _weights_target(manifest, options)
     carried_digest(bundle, manifest)
     weights_done = target is not None and _weights_placed(target, manifest)
     store_root, store_problem = None, None
     if target is None and manifest.weights is not None:
-        store_root = models_root(bundle, options.models_root)
+        store_root = models_root(spec, options.models_root)
     if store_root is not None:
         target, store_problem = store_entry(
             store_root, manifest, options.jobs, replace=options.replace_weights
@@ -262,23 +266,19 @@ def _plan(bundle: Path, raw: bytes, client: Any, options: InstallOptions) -> Pla
     return Plan(has_image, target, weights_done, store_root, store_problem)
 
 
-def _jit_root_trusted(bundle: Path, options: InstallOptions) -> None:
+def _jit_root_trusted(spec: CarriedSpec, options: InstallOptions) -> None:
     """Refuse a run spec whose JIT cache root is not this sglx's own for the arch, unless the
     site names the root (--jit-root, $SGLX_JIT_ROOT): install creates and chowns a folder there
     as root, and a bundle does not choose where."""
     if options.jit_root is not None or os.environ.get(ROOT_ENV):
         return
-    path = bundle / layout.RUN_SPEC
-    try:
-        data = read_json(path, what="run spec", max_bytes=layout.MAX_META_BYTES)
-    except SglxError:
-        return  # the start line then says why there is none
-    cache = data.get("jit_cache") if isinstance(data, dict) else None
+    cache = spec.get("jit_cache")
     named = cache.get("host_root") if isinstance(cache, dict) else None
     if named is None:
         return
-    arch = data.get("arch")
-    trusted = trusted_root(arch, "jit_root")
+    arch = spec.get("arch")
+    own = own_roots(arch)
+    trusted = None if own is None else own.jit
     if named != trusted:
         raise SglxError(
             f"the bundle's {layout.RUN_SPEC} names the JIT cache root {named!r}, but this sglx's "
@@ -286,7 +286,7 @@ def _jit_root_trusted(bundle: Path, options: InstallOptions) -> None:
             "writes as root; nothing was written",
             hint=f"pass --jit-root {named} (or set {ROOT_ENV}) if the site means that folder",
             code="usage",
-            path=str(path),
+            path=str(spec.path),
         )
 
 
@@ -481,6 +481,7 @@ def _place_weights(
 
 def _result(
     bundle: Path,
+    spec: CarriedSpec,
     manifest: BundleManifest,
     steps: Steps,
     weights: Path | None,
@@ -488,7 +489,7 @@ def _result(
     store_root: Path | None = None,
 ) -> Result:
     redone = [name for name, row in steps.rows.items() if row["status"] == "done"]
-    run, why_not, jit = _docker_run(bundle, manifest, weights, jit_root, store_root)
+    run, why_not, jit = _docker_run(spec, manifest, weights, jit_root, store_root)
     rows = tuple((name, row["status"], row["detail"]) for name, row in steps.rows.items())
     lines = [
         "nothing to do: every step was done before" if not redone else "installed",
@@ -514,7 +515,7 @@ def _result(
 
 
 def _docker_run(
-    bundle: Path,
+    spec: CarriedSpec,
     manifest: BundleManifest,
     weights: Path | None,
     jit_root: Path | None = None,
@@ -528,18 +529,18 @@ def _docker_run(
 
     if jit_root is None and (env := os.environ.get(ROOT_ENV)):
         jit_root = Path(env)
-    path = bundle / layout.RUN_SPEC
-    if not path.is_file():
+    if spec.data is None and spec.problem is None:
         why = f"no start line: the bundle has no {layout.RUN_SPEC} (made by an older sglx)"
         return [], why, None
     try:
-        data = read_json(path, what="run spec", max_bytes=layout.MAX_META_BYTES)
-        spec = RunSpec.from_json(data, str(path))
+        if spec.problem is not None:
+            raise spec.problem
+        run = RunSpec.from_json(spec.data, str(spec.path))
         site = Site(
             image=manifest.image.ref,
-            name=f"sglx-{spec.arch}",
+            name=f"sglx-{run.arch}",
             model_dir=None if weights is None or store_root is not None else str(weights),
-            gids=host_gids(spec),
+            gids=host_gids(run),
             image_id=manifest.image.id,
             jit_root=None if jit_root is None else str(jit_root.absolute()),
             # weights in the store: the run spec mounts their entry (sglx.run_spec.model_folder)
@@ -551,12 +552,12 @@ def _docker_run(
     except SglxError as exc:
         why = f"no start line: {exc.message} ({exc.hint})" if exc.hint else exc.message
         return [], why, None
-    folder = jit_folder(spec, site)
+    folder = jit_folder(run, site)
     if folder is not None:
         from sglx.run_spec import make_jit_folder
 
-        make_jit_folder(spec, folder)
-    return docker_run_words(spec, site), "", folder
+        make_jit_folder(run, folder)
+    return docker_run_words(run, site), "", folder
 
 
 def _with_record(result: Result, record: InstallRecord) -> Result:

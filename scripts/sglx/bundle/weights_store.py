@@ -22,33 +22,27 @@ from __future__ import annotations
 from pathlib import Path
 
 from sglx.bundle import layout
+from sglx.bundle.carried_spec import CarriedSpec, own_roots
 from sglx.bundle.manifest import BundleManifest, weights_files
 from sglx.progress import Progress
 from sglx.weights import store
 from sglx_core.errors import SglxError
-from sglx_core.untrusted import read_json
 from sglx_core.weights_manifest import manifest_digest
 
 REPLACE_FLAG = "--replace-weights"
 
 
-def models_root(bundle: Path, given: Path | None) -> Path | None:
+def models_root(spec: CarriedSpec, given: Path | None) -> Path | None:
     """The store's root for this bundle; None for a bundle whose run spec names none. A root
-    the run spec names is taken only when it is this sglx's own for the arch (`trusted_root`),
+    the run spec names is taken only when it is this sglx's own for the arch (`own_roots`),
     or when the site names one (`given`, $SGLX_MODELS_ROOT)."""
-    default, arch = None, None
-    path = bundle / layout.RUN_SPEC
-    if path.is_file():
-        try:
-            data = read_json(path, what="run spec", max_bytes=layout.MAX_META_BYTES)
-        except SglxError:
-            data = None
-        value = data.get("models_root") if isinstance(data, dict) else None
-        default = value if isinstance(value, str) and value.startswith("/") else None
-        arch = data.get("arch") if isinstance(data, dict) else None
+    value = spec.get("models_root")
+    default = value if isinstance(value, str) and value.startswith("/") else None
     root = store.root(given, default)
     if root is not None and default is not None and root == Path(default):
-        trusted = trusted_root(arch)
+        arch = spec.get("arch")
+        own = own_roots(arch)
+        trusted = None if own is None else own.models
         if trusted is None or Path(trusted) != root:
             raise SglxError(
                 f"the bundle's {layout.RUN_SPEC} names the weights store {default!r}, but this "
@@ -57,25 +51,9 @@ def models_root(bundle: Path, given: Path | None) -> Path | None:
                 hint=f"pass --models-root {default} (or set SGLX_MODELS_ROOT) if the site "
                 "means that folder, or use a bundle made for this sglx",
                 code="usage",
-                path=str(path),
+                path=str(spec.path),
             )
     return root
-
-
-def trusted_root(arch: object, field: str = "models_root") -> str | None:
-    """The root this sglx's own profile of `arch` names for the store (`models_root`) or the
-    JIT cache folders (`jit_root`); None for an arch this sglx does not know."""
-    from sglx_core.profile import load_profile
-
-    if not isinstance(arch, str):
-        return None
-    try:
-        profile = load_profile(arch)
-    except SglxError:
-        return None
-    if field == "jit_root":
-        return profile.container.jit_cache.host_root
-    return str(profile.weights.store)
 
 
 def carried_digest(bundle: Path, manifest: BundleManifest) -> None:
