@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import json
 import shutil
 import subprocess
 import sys
@@ -34,8 +35,11 @@ from typing import Any
 
 import pytest
 
+from helpers.child_env import child_environment
 from helpers.elf import shared_library
 from helpers.engine_fixtures import (
+    REPO,
+    SGLX,
     build_cpu_base,
     fetch_cpu_wheelhouse,
     remove_images,
@@ -130,6 +134,38 @@ def build_upstream_images(
         return made
 
     value: dict[str, Any] = once(config, "upstream_images", make)
+    return value
+
+
+def scan_upstream_images(
+    config: pytest.Config, tmp_path_factory: pytest.TempPathFactory, run_id: str
+) -> dict[str, Any]:
+    """`sglx scan --image` of each upstream image with its arch's rules (the project copy's
+    profiles), once per run: arch -> the whole envelope, findings and exit code included. A run
+    alone scans them beside the e2e, after building them (worker_schedule.py), as it scans the
+    cpu bundle: about a minute and a half the module's tests then do not wait for."""
+
+    def make() -> Made:
+        made = build_upstream_images(config, tmp_path_factory, run_id)
+        root = Path(made["root"])
+        scans = {}
+        for arch in UPSTREAM_ARCHES:
+            command = [SGLX, "scan", "--image", made["built"][arch]["tag"], "--arch", arch,
+                       "--json", "-q"]  # fmt: skip
+            done = subprocess.run(
+                command, capture_output=True, text=True, check=False, cwd=REPO,
+                env=child_environment(SGLX_IMAGES_DIR=str(root / "images"),
+                                      SGLX_WHEELHOUSE=str(root / "wheelhouse")),
+            )  # fmt: skip
+            try:
+                scans[arch] = json.loads(done.stdout)
+            except json.JSONDecodeError:
+                raise AssertionError(
+                    f"{' '.join(command)}: exit {done.returncode}: {done.stderr[-3000:]}"
+                ) from None
+        return Made(scans)
+
+    value: dict[str, Any] = once(config, "upstream_scans", make)
     return value
 
 

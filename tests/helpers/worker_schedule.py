@@ -4,9 +4,11 @@ Alone (`TEST_WORKERS=1`): the cpu chain (base, wheels, image, bundle: about eigh
 one core mostly) is built in a thread from the run's start (`_cpu_chain_ahead`), and the unit
 tests take the other core meanwhile; then the e2e module (its hosts need only the base, its
 rollout waits for the bundle), the engine tests that need no cpu image, and the tests of the
-cpu image last. While the e2e runs (fifteen minutes, much of it waiting on servers and
+cpu image last. While the e2e runs (twenty minutes, much of it waiting on servers and
 Ansible), the same thread builds the vendor image sets (helpers/vendor_images.py, about eight
-minutes that the engine tests after the e2e otherwise waited for) and scans the cpu bundle.
+minutes that the engine tests after the e2e otherwise waited for), scans the cpu bundle and
+scans the upstream images (about a minute and a half that test_image_rocm_upstream otherwise
+spent after the e2e).
 
 On this project's two-core machines that is the faster way: two workers took 45 to 49 minutes
 of CI, one took 32 (31 of them pytest) before its chain moved beside the unit tests: each
@@ -106,7 +108,11 @@ def _cpu_chain_ahead(request: pytest.FixtureRequest) -> Iterator[None]:
         yield
         return
     from helpers.engine_fixtures import make_cpu_bundle, scan_cpu_bundle
-    from helpers.vendor_images import build_fixture_images, build_upstream_images
+    from helpers.vendor_images import (
+        build_fixture_images,
+        build_upstream_images,
+        scan_upstream_images,
+    )
 
     # The vendor image sets (minutes of building each, on the cpu base and wheelhouse only),
     # built beside the e2e for the modules that run after it; only for a run that has them.
@@ -136,6 +142,8 @@ def _cpu_chain_ahead(request: pytest.FixtureRequest) -> Iterator[None]:
         # bundle's one scan (the tests of the cpu image, which run last, read it).
         ahead += [pool.submit(build, *arguments) for build in vendor_sets]
         ahead.append(pool.submit(scan_cpu_bundle, *arguments))
+        if build_upstream_images in vendor_sets:  # and the upstream images' scans
+            ahead.append(pool.submit(scan_upstream_images, *arguments))
         yield
         for future in ahead:
             future.exception()  # waited for; a failure was reported by the tests that needed it

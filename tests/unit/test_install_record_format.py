@@ -75,6 +75,7 @@ def test_the_role_writes_and_reads_the_same_fields() -> None:
         "SGLX_INSTALL_DOOR": "bundle_install",
         "SGLX_MODELS_ROOT": "{{ bundle_install_models_root }}",
         "SGLX_REPLACE_WEIGHTS": "{{ '1' if bundle_install_replace_weights | bool else '0' }}",
+        "SGLX_NO_SCAN": "{{ '1' if bundle_install_no_scan | bool else '0' }}",
     }
 
 

@@ -88,7 +88,7 @@ def test_each_hasher_passes_a_bundle_and_names_a_changed_chunk(
     tools = tool_folder(tmp_path / "bin", hashers)
     done = check(bundle, tools)
     assert done.returncode == 0, done.stderr
-    assert f"install.sh: checking 5 files against SHA256SUMS ({picked})\n" in done.stderr
+    assert f"install.sh: checking 6 files against SHA256SUMS ({picked})\n" in done.stderr
     assert "install.sh: all files match" in done.stderr
 
     damaged = tmp_path / "damaged"
