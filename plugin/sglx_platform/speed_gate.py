@@ -302,10 +302,12 @@ def confirm(
     )
 
 
-def measure_only(*, url: str, host: str, fleet: str, timeout: float) -> Result:
+def measure_only(
+    *, url: str, host: str, fleet: str, timeout: float, site_slos: Mapping[str, Any] | None = None
+) -> Result:
     """One measurement of this server as a record (`data.record`), judged by nothing: the peer's
-    side of a confirmation."""
-    settings = settings_of(baked_profile(), None)
+    side of a confirmation (with the site's SLOs, as the suspect's gate ran)."""
+    settings = settings_of(baked_profile(), site_slos)
     record = _measure(settings, url, host, fleet, timeout)
     tok_s = record.result(settings).output_tok_s
     return Result(
@@ -433,7 +435,9 @@ def main(argv: list[str] | None = None) -> int:
         slos = _object(args.slos, "--slos", '{"ttft_ms": 60000, "tpot_ms": 150}')
         fleet = args.fleet or fleet_key(args.image, _server_args(args.server_args))
         if args.measure_only:
-            return measure_only(url=args.url, host=args.host, fleet=fleet, timeout=args.timeout)
+            return measure_only(
+                url=args.url, host=args.host, fleet=fleet, timeout=args.timeout, site_slos=slos
+            )
         peers = b""
         if args.peers == "-":
             peers = sys.stdin.buffer.read(MAX_PEERS_BYTES + 1)
