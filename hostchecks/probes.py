@@ -17,6 +17,8 @@ from typing import Any, NoReturn
 import pytest
 from facts import HostFacts
 
+from sglx_core.env_floors import below
+
 # Runs inside the server container: the sglang server process's argv and environment, read
 # from /proc (what the process runs with, not what its unit or image declares).
 _SERVER_PROBE = r"""
@@ -248,10 +250,9 @@ def differences(odd: dict[str, tuple[str, str]]) -> str:
 
 def below_floor(key: str, floor: Any, env: dict[str, str]) -> str:
     """'' when `env` meets the floor of a switched-on feature, else what is wrong."""
-    value = env.get(floor.name)
-    number = int(value) if value and value.isdigit() else (floor.unset if value is None else None)
-    if number is not None and number >= floor.minimum:
+    if not below(floor, env):
         return ""
+    value = env.get(floor.name)
     switched = " ".join(f"{n}={v}" for n, v in floor.when.items())
     return (
         f"{floor.name}={value or '(unset)'} with {switched}: needs {floor.minimum} "

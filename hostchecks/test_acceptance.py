@@ -33,6 +33,7 @@ from probes import (
     server_process,
 )
 
+from sglx_core.env_floors import switched_on
 from sglx_core.errors import SglxError
 from sglx_core.gate.speed import DEFAULT_FRACTION, judge
 from sglx_core.gate.speed_record import (
@@ -144,10 +145,10 @@ def test_running_server_environment(host: Any, facts: HostFacts) -> None:
     env: dict[str, str] = server["env"]
     wanted = {**facts["sglang_service_env"], **facts["accel_host_service_env"]}
     floors = facts.profile.env_floors.items()
-    switched_on = {key: f for key, f in floors if all(env.get(n) == v for n, v in f.when.items())}
+    switched = {key: f for key, f in floors if switched_on(f, env)}
     # A switched-on feature's variable is checked against its minimum below, not the host's
     # tuned value (the service raises GPU_MAX_HW_QUEUES to 5 for multi-stream MoE).
-    for floor in switched_on.values():
+    for floor in switched.values():
         wanted.pop(floor.name, None)
     wrong = [
         f"{k}={env.get(k, '(unset)')}, not {v}"
@@ -159,7 +160,7 @@ def test_running_server_environment(host: Any, facts: HostFacts) -> None:
         for k in facts["sglang_service_env_forbidden"]
         if k in env
     ]
-    wrong += [below_floor(key, floor, env) for key, floor in switched_on.items()]
+    wrong += [below_floor(key, floor, env) for key, floor in switched.items()]
     wrong = [w for w in wrong if w]
     if wrong:
         problem(f"server pid {server['pid']} in {facts.container}: {'; '.join(wrong)}", ROLLOUT)

@@ -110,7 +110,7 @@ def _probe_kunlun(spec: KunlunProbe, root: Path) -> ProbeResult:
     for node in sorted((root / "dev").glob("xpu[0-9]*"), key=lambda p: int(p.name[3:] or 0)):
         if node.name[3:].isdigit() and stat.S_ISCHR(node.stat().st_mode):
             cards.append(Device(f"/dev/{node.name}", "xpu"))
-    pci = _pci_ids(root, spec.pci_vendor)
+    pci = _pci_ids(root, spec.pci_vendors)
     supported = [d for d in pci if d.target in spec.pci_devices]
     others = tuple(d for d in pci if d.target not in spec.pci_devices)
     if not cards:
@@ -123,11 +123,11 @@ def _probe_kunlun(spec: KunlunProbe, root: Path) -> ProbeResult:
     return ProbeResult(tuple(cards), others)
 
 
-def _pci_ids(root: Path, vendor: str) -> list[Device]:
+def _pci_ids(root: Path, vendors: tuple[str, ...]) -> list[Device]:
     found = []
     for dev in sorted((root / PCI_DEVICES).glob("*")):
         try:
-            if (dev / "vendor").read_text().strip().lower() != vendor:
+            if (dev / "vendor").read_text().strip().lower() not in vendors:
                 continue
             device_id = (dev / "device").read_text().strip().lower()
         except OSError:

@@ -13,10 +13,31 @@ from collections.abc import Mapping
 
 from sglx_core.profile.schema import EnvFloor
 
+# How sglang 0.5.23 reads a boolean variable (EnvBool.parse, srt/environ.py in the wheel):
+# these words, in any case. SGLANG_ROCM_USE_MULTI_STREAM=true switches the feature on as "1"
+# does, so a floor compares it the same way.
+TRUE_WORDS = ("true", "1", "yes", "y")
+FALSE_WORDS = ("false", "0", "no", "n")
+
+
+def as_bool(text: str) -> bool | None:
+    """`text` as sglang reads a boolean variable; None for a word it refuses."""
+    word = text.lower()
+    return True if word in TRUE_WORDS else False if word in FALSE_WORDS else None
+
 
 def switched_on(floor: EnvFloor, env: Mapping[str, str]) -> bool:
-    """Whether every `when` variable has its value in `env`."""
-    return all(env.get(name) == value for name, value in floor.when.items())
+    """Whether every `when` variable has its value in `env`: a boolean word as sglang reads it
+    (`true`, `Yes`, `1` alike), any other value as the same string. An unset variable never
+    switches a feature on."""
+    return all(_means(env.get(name), value) for name, value in floor.when.items())
+
+
+def _means(got: str | None, wanted: str) -> bool:
+    if got is None:
+        return False
+    flag = as_bool(wanted)
+    return got == wanted if flag is None else as_bool(got) == flag
 
 
 def current(floor: EnvFloor, env: Mapping[str, str]) -> int | None:

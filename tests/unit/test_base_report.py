@@ -147,13 +147,20 @@ def test_the_build_keeps_what_the_base_has() -> None:
 @pytest.mark.parametrize(
     ("environ", "status"),
     [
-        ({"SGLANG_ROCM_USE_MULTI_STREAM": "1"}, "warn"),
-        ({"SGLANG_ROCM_USE_MULTI_STREAM": "1", "GPU_MAX_HW_QUEUES": "2"}, "warn"),
+        ({"SGLANG_ROCM_USE_MULTI_STREAM": "1"}, "fail"),
+        ({"SGLANG_ROCM_USE_MULTI_STREAM": "1", "GPU_MAX_HW_QUEUES": "2"}, "fail"),
+        # sglang reads the switch as a boolean (EnvBool in srt/environ.py): any of its words
+        ({"SGLANG_ROCM_USE_MULTI_STREAM": "true", "GPU_MAX_HW_QUEUES": "2"}, "fail"),
+        ({"SGLANG_ROCM_USE_MULTI_STREAM": "Yes", "GPU_MAX_HW_QUEUES": "2"}, "fail"),
         ({"SGLANG_ROCM_USE_MULTI_STREAM": "1", "GPU_MAX_HW_QUEUES": "5"}, "pass"),
+        ({"SGLANG_ROCM_USE_MULTI_STREAM": "false", "GPU_MAX_HW_QUEUES": "2"}, None),
+        ({"SGLANG_ROCM_USE_MULTI_STREAM": "0", "GPU_MAX_HW_QUEUES": "2"}, None),
         ({"GPU_MAX_HW_QUEUES": "2"}, None),
     ],
 )
 def test_multi_stream_needs_five_hardware_queues(environ: dict[str, str], status: str) -> None:
+    """Issue 40 item 3: a switched-on feature's floor is enforced (the profile sets no
+    action, and the default refuses), however the switch is spelled."""
     checks: list[Check] = []
     check_env_floors(load_profile("gfx942"), checks, environ)
     if status is None:
@@ -161,7 +168,7 @@ def test_multi_stream_needs_five_hardware_queues(environ: dict[str, str], status
         return
     [check] = checks
     assert (check.name, check.status) == ("env GPU_MAX_HW_QUEUES", status)
-    if status == "warn":
+    if status == "fail":
         assert "serializes with fewer than 5 HIP hardware queues" in check.detail
         assert (
             check.fix

@@ -316,12 +316,18 @@ def test_gfx1151_passes_its_groups_by_the_hosts_numeric_gid() -> None:
     assert named["options"]["--group-add"] == ["video", "render"]
 
 
-def test_the_env_floor_is_raised_in_the_spec_once() -> None:
+@pytest.mark.parametrize("switch", ["1", "true", "YES", "y"])
+def test_the_env_floor_is_raised_in_the_spec_once(switch: str) -> None:
+    """However sglang would read the switch as on (issue 40 item 3: EnvBool's words)."""
     profile = load_profile("gfx942")
-    on = profile.model_copy(update={"env": {**profile.env, "SGLANG_ROCM_USE_MULTI_STREAM": "1"}})
+    on = profile.model_copy(update={"env": {**profile.env, "SGLANG_ROCM_USE_MULTI_STREAM": switch}})
     assert run_spec(on).env["GPU_MAX_HW_QUEUES"] == "5"
     assert run_spec(on).raised == {"GPU_MAX_HW_QUEUES": "5"}
     assert "GPU_MAX_HW_QUEUES" not in run_spec(profile).env
+    off = profile.model_copy(
+        update={"env": {**profile.env, "SGLANG_ROCM_USE_MULTI_STREAM": "False"}}
+    )
+    assert "GPU_MAX_HW_QUEUES" not in run_spec(off).env
     template = (ROLE / "templates" / "server.env.j2").read_text()
     assert "sglang_service_env_floors" not in template  # the rule is sglx_core.env_floors
 

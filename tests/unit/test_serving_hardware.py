@@ -352,6 +352,22 @@ def test_p800_host(tmp_path: Path) -> None:
     assert found.facts["pci_functions"] == "8"
 
 
+@pytest.mark.parametrize("vendor", ["0x1d22", "0x2057"])
+def test_a_p800_of_either_vendor_id_is_identified_by_core_and_plugin(
+    tmp_path: Path, vendor: str
+) -> None:
+    """Issue 40 item 4: P800 cards report Baidu's 0x1d22 or Kunlunxin's 0x2057 (xpu-smi's own
+    sample: Device Id 0x36862057); both are this profile's cards, for the serving profile's
+    detection and the plugin's device probe alike."""
+    from sglx_platform.probe import probe
+
+    root = p800_host(tmp_path, 2, pci_vendor=vendor)
+    found = _detect("kunlun", root)
+    assert (found.model, found.count) == ("p800", 2)
+    result = probe(load_profile("kunlun"), root)
+    assert [d.name for d in result.devices] == ["/dev/xpu0", "/dev/xpu1"], result
+
+
 def test_kunlun_counts_the_cards_this_container_was_given(tmp_path: Path) -> None:
     """sysfs shows every card of the host; /dev only those passed with --device."""
     root = p800_host(tmp_path, 8)

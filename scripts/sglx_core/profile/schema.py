@@ -269,8 +269,12 @@ class KunlunProbe(_Strict):
     """Kunlun: device nodes plus the PCI ids in sysfs; never imports the vendor stack."""
 
     kind: Literal["kunlun"]
-    pci_vendor: Annotated[str, StringConstraints(strict=True, pattern=r"^0x[0-9a-f]{4}$")] = Field(
-        description="PCI vendor id of the cards (sysfs `vendor`), e.g. 0x1d22."
+    pci_vendors: tuple[
+        Annotated[str, StringConstraints(strict=True, pattern=r"^0x[0-9a-f]{4}$")], ...
+    ] = Field(
+        min_length=1,
+        description="PCI vendor ids the cards report (sysfs `vendor`), e.g. 0x1d22 and 0x2057: "
+        "Kunlunxin's cards carry either.",
     )
     pci_devices: tuple[Annotated[str, StringConstraints(pattern=r"^0x[0-9a-f]{4}$")], ...] = Field(
         min_length=1, description="PCI device ids of supported cards."
@@ -567,8 +571,9 @@ class EnvFloor(_Strict):
         default=None, description="The value the runtime uses when `name` is unset."
     )
     action: Literal["refuse", "warn"] = Field(
-        default="warn",
-        description="refuse: preflight fails; warn: it reports the reason and serving goes on.",
+        default="refuse",
+        description="refuse (the default: a switched-on feature's floor is enforced): preflight "
+        "fails; warn: it reports the reason and serving goes on.",
     )
     reason: Text = Field(description="What goes wrong below the minimum, with its source.")
 

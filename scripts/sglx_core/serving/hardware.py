@@ -515,7 +515,7 @@ def _detect_kunlun(
             "/dev/xpuN for each card and --device /dev/xpuctrl",
             code="no_device",
         )
-    pci = _pci_device_ids(root, spec.pci_vendor)
+    pci = _pci_device_ids(root, spec.pci_vendors)
     supported = sorted({d for d in pci if d in spec.pci_devices})
     unsupported = sorted({d for d in pci if d not in spec.pci_devices})
     where = f"/{PCI_DEVICES}"
@@ -523,7 +523,7 @@ def _detect_kunlun(
         found = f"only unsupported cards ({', '.join(unsupported)})" if unsupported else "no card"
         raise SglxError(
             f"{len(cards)} /dev/xpu nodes, but {where} lists {found} of vendor "
-            f"{spec.pci_vendor}; the card model cannot be identified",
+            f"{' or '.join(spec.pci_vendors)}; the card model cannot be identified",
             hint=f"this image serves PCI devices {', '.join(spec.pci_devices)}; run it with /sys "
             "visible (Docker's default) on a host with those cards",
             code="no_device",
@@ -547,7 +547,7 @@ def _detect_kunlun(
         )
     memory = int(entry.memory_gib * (1 << 30))
     facts = {
-        "pci_vendor": spec.pci_vendor,
+        "pci_vendors": ", ".join(spec.pci_vendors),
         "device_id": ", ".join(supported),
         "cards": str(len(cards)),
         "pci_functions": str(sum(1 for d in pci if d in spec.pci_devices)),
@@ -595,8 +595,8 @@ def _xpu_nodes(root: _Root) -> list[str]:
     return cards
 
 
-def _pci_device_ids(root: _Root, vendor: str) -> list[str]:
-    """PCI device ids ("0x3686") of every function of `vendor`, one per function."""
+def _pci_device_ids(root: _Root, vendors: tuple[str, ...]) -> list[str]:
+    """PCI device ids ("0x3686") of every function of one of `vendors`, one per function."""
     devices = root.path(PCI_DEVICES)
     if not os.path.lexists(devices):
         return []
@@ -607,7 +607,7 @@ def _pci_device_ids(root: _Root, vendor: str) -> list[str]:
     found = []
     for name in root.listdir(devices, "PCI devices folder", MAX_PCI_DEVICES, hint):
         function = devices / name
-        if _hex_file(root, function / "vendor", hint) != vendor:
+        if _hex_file(root, function / "vendor", hint) not in vendors:
             continue
         found.append(_hex_file(root, function / "device", hint))
     return found

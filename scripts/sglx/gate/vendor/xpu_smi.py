@@ -104,7 +104,12 @@ def parse_table(data: str | bytes) -> list[XpuReading]:
         if len(blocks) > MAX_XPUS:
             raise field_error(_TABLE, "", f"lists more than {MAX_XPUS} XPUs", _HINT)
     if not blocks:
-        raise field_error(_TABLE, "", "lists no XPU: the driver saw none", "check `lspci -d 1d22:`")
+        raise field_error(
+            _TABLE,
+            "",
+            "lists no XPU: the driver saw none",
+            "check `lspci -d 1d22:` and `lspci -d 2057:` (the vendor ids P800 cards carry)",
+        )
     return _unique([_table_block(block) for block in blocks])
 
 
