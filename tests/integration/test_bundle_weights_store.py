@@ -110,16 +110,7 @@ def test_the_upgrade_carries_no_weights_and_reuses_the_store_entry(
     models, state = site / "models", str(site / "state")
     entry = models / world.hex
     mount = f"{entry}:/models/model:ro"
-    install = (
-        "bundle",
-        "install",
-        "--no-scan",
-        "--state",
-        state,
-        "--models-root",
-        str(models),
-        "-q",
-    )
+    install = install_args(state, models)
     code, first = sglx_json(*install, str(world.bundles["v1"]))
     assert code == 0, first
     assert first["data"]["steps"]["weights"]["status"] == "done"
@@ -136,21 +127,18 @@ def test_the_upgrade_carries_no_weights_and_reuses_the_store_entry(
     assert sorted(p.name for p in models.iterdir()) == [world.hex]  # no staging left
 
 
+def install_args(state: str, models: Path) -> tuple[str, ...]:
+    """`sglx bundle install` into the test's store (the module's bundles are made with
+    --no-scan, which install then accepts)."""
+    return ("bundle", "install", "--no-scan", "--state", state, "--models-root", str(models))
+
+
 def test_a_tampered_entry_is_replaced_only_when_asked_and_a_delta_never_mounts_it(
     world: World, site: Path, sglx_json: JsonRunner, docker: Any
 ) -> None:
     models, state = site / "models", str(site / "state")
     entry = models / world.hex
-    install = (
-        "bundle",
-        "install",
-        "--no-scan",
-        "--state",
-        state,
-        "--models-root",
-        str(models),
-        "-q",
-    )
+    install = install_args(state, models)
     code, _ = sglx_json(*install, str(world.bundles["v1"]))
     assert code == 0
     shard = entry / "model-00000-of-00002.safetensors"
