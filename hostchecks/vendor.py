@@ -168,7 +168,7 @@ def counted(host: Any, facts: HostFacts, tool: str, listed: int) -> list[ToolRes
     command, source, unit = DEVICE_COUNTS[kind]
     found = host.run(command)
     present = found.stdout.strip()
-    if not present.isdigit():
+    if not (present.isascii() and present.isdigit()):
         problem(
             f"cannot count the {unit}s the host's kernel shows ({source}): "
             f"{_last_line(found.stderr) or 'no count printed'}",

@@ -165,6 +165,19 @@ def parse_started_at(text: str) -> datetime:
     return when
 
 
+def _judged(
+    results: Mapping[str, Any], host: str, fleet: str, fraction: float, floors: Any
+) -> tuple[Result, bool]:
+    """`host`'s verdict among `results` (one fleet): the fleet's report with this host's
+    findings only, and whether it passed. The one judgement the gate and its confirmation
+    make."""
+    report = judge(results, fraction=fraction, fleet=dict.fromkeys(results, fleet), floors=floors)
+    verdict = next(v for v in report.verdicts if v.host == host)
+    full = report.result(COMMAND)
+    mine = tuple(f for f in full.findings if f.message.startswith(f"{host}:"))
+    return replace(full, findings=mine), verdict.passed
+
+
 def confirm_peer(judged: Result, host: str, others: Mapping[str, Any]) -> str | None:
     """The peer to measure again when `host` failed as an outlier: the fleet host whose output
     tok/s is nearest the median (ties by name); None for a failure that is no outlier."""
@@ -202,13 +215,7 @@ def gate(
     others = {h: r.result(settings) for h, r in records.items() if r.fleet == fleet}
 
     def verdict_of(record: SpeedRecord) -> tuple[Result, bool]:
-        results = {**others, host: record.result(settings)}
-        keys = dict.fromkeys(results, fleet)
-        report = judge(results, fraction=fraction, fleet=keys, floors=floors)
-        verdict = next(v for v in report.verdicts if v.host == host)
-        full = report.result(COMMAND)
-        mine = tuple(f for f in full.findings if f.message.startswith(f"{host}:"))
-        return replace(full, findings=mine), verdict.passed
+        return _judged({**others, host: record.result(settings)}, host, fleet, fraction, floors)
 
     lines: list[str] = []
     if own is not None and since_start(own, fleet, started_at):
@@ -278,25 +285,14 @@ def confirm(
                 code="usage",
             )
     results = {h: r.result(settings) for h, r in records.items() if r.fleet == fleet}
-    report = judge(
-        results,
-        fraction=fraction,
-        fleet=dict.fromkeys(results, fleet),
-        floors=floors_of(profile, site_floors),
-    )
-    verdict = next(v for v in report.verdicts if v.host == host)
-    full = report.result(COMMAND)
+    judged, passed = _judged(results, host, fleet, fraction, floors_of(profile, site_floors))
     beside = f"{peer} measured again beside it: {results[peer].output_tok_s:.1f} output tok/s"
-    mine = tuple(
-        replace(f, message=f"{f.message} ({beside})")
-        for f in full.findings
-        if f.message.startswith(f"{host}:")
-    )
-    said = "still an outlier, it fails" if not verdict.passed else "passes: the fleet had slowed"
+    mine = tuple(replace(f, message=f"{f.message} ({beside})") for f in judged.findings)
+    said = "still an outlier, it fails" if not passed else "passes: the fleet had slowed"
     return _result(
-        replace(full, findings=mine),
+        replace(judged, findings=mine),
         records[host],
-        passed=verdict.passed,
+        passed=passed,
         measured=False,
         lines=[f"{host}: {beside}: {said}"],
     )
