@@ -71,11 +71,14 @@ def apply(
     from sglang.srt.server_args import prepare_server_args
 
     root = tmp_path / f"host-{arch}"
+    baked = tmp_path / arch / "arch.yaml"
     if not root.exists():
         root.mkdir()
         make_kfd_host(root, HOSTS[arch])
+    if not baked.exists():
+        bake(arch, baked)
     monkeypatch.setenv("SGLX_PROBE_ROOT", str(root))
-    monkeypatch.setenv("SGLX_PROFILE", str(bake(arch, tmp_path / arch / "arch.yaml")))
+    monkeypatch.setenv("SGLX_PROFILE", str(baked))
     monkeypatch.setenv("SGLANG_PLATFORM", "sglx")
     platform = _resolve_platform()
     args = prepare_server_args(["--model-path", str(model), *argv])
@@ -214,14 +217,63 @@ def test_ranks_compare_mori_variables() -> None:
 
 
 def test_weights_convert_refuses_the_same_methods(narrow_model: Path) -> None:
-    """`sglx weights convert` holds a checkpoint to the same unconditional rules."""
+    """`sglx weights convert` holds a checkpoint to the same unconditional rules, as the method
+    sglang serves it as: a `modelopt` checkpoint is Petit's on HIP (the next test)."""
     for arch in AMD:
         profile = load_profile(arch)
-        for method in NO_ROCM_KERNELS:
+        for method in set(NO_ROCM_KERNELS) - {"modelopt"}:
             config = {"quantization_config": {"quant_method": method}}
             with pytest.raises(SglxError, match="no ROCm path") as caught:
                 dtype_policy(profile, config)
             assert caught.value.code == "unsupported_quantization"
+
+
+def modelopt(algo: str) -> dict[str, Any]:
+    """config.json of a ModelOpt checkpoint, as ModelOpt exports it."""
+    return {"quantization_config": {"quant_method": "modelopt", "quant_algo": algo,
+                                    "group_size": 16}}  # fmt: skip
+
+
+def test_a_modelopt_nvfp4_checkpoint_is_served_through_petit_where_petit_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, narrow_model: Path
+) -> None:
+    """Issue 40 item 2: sglang 0.5.23 serves a ModelOpt checkpoint on HIP through Petit
+    (wheel:srt/layers/quantization/petit.py), NVFP4 only, on CDNA2/CDNA3 in the image's
+    petit_kernel 0.0.2. So gfx942 converts it and accepts `--quantization petit_nvfp4`;
+    gfx950 and gfx1151 refuse both, naming Petit; an FP8 ModelOpt checkpoint is refused on
+    gfx942, naming what Petit takes. `--quantization modelopt*` stays refused everywhere."""
+    policy, warnings = dtype_policy(load_profile("gfx942"), modelopt("NVFP4"))
+    assert policy.quant_method == "modelopt" and warnings == ()
+    petit = apply("gfx942", ["--quantization", "petit_nvfp4"], tmp_path, monkeypatch, narrow_model)
+    assert petit.quantization == "petit_nvfp4"
+    with pytest.raises(SglxError) as caught:
+        dtype_policy(load_profile("gfx942"), modelopt("FP8"))
+    assert "quant_algo FP8" in str(caught.value) and "takes quant_algo NVFP4 only" in str(
+        caught.value
+    )
+    for arch in ("gfx950", "gfx1151"):
+        with pytest.raises(SglxError) as caught:
+            dtype_policy(load_profile(arch), modelopt("NVFP4"))
+        assert "'modelopt' (served as 'petit_nvfp4')" in str(caught.value), caught.value
+        assert "CDNA" in str(caught.value)
+        detail = refused(arch, ["--quantization", "petit_nvfp4"], tmp_path, monkeypatch,
+                         narrow_model)  # fmt: skip
+        assert "--quantization petit_nvfp4:" in detail and "CDNA" in detail
+
+
+@pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
+def test_mxfp8_is_served_on_cdna3_and_cdna4(
+    arch: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, narrow_model: Path
+) -> None:
+    """Issue 40 item 1: sglang 0.5.23 serves MXFP8 natively on gfx950 and converts it to
+    block-FP8 at load on gfx942 (wheel:srt/layers/quantization/fp8.py get_min_capability,
+    srt/utils/common.py mxfp8_block_convert_required): the flag and the checkpoint pass."""
+    served = apply(arch, ["--quantization", "mxfp8"], tmp_path, monkeypatch, narrow_model)
+    assert served.quantization == "mxfp8"
+    policy, warnings = dtype_policy(
+        load_profile(arch), {"quantization_config": {"quant_method": "mxfp8"}}
+    )
+    assert policy.quant_method == "mxfp8" and warnings == ()
 
 
 def test_every_rule_names_real_server_args_fields() -> None:
@@ -274,3 +326,57 @@ def test_model_facts_never_fail_and_read_only_local_regular_files(tmp_path: Path
     assert model_facts(str(vlm)) == {"head_dim": 320}
     odd = write_model(tmp_path / "odd", head_dim=True, hidden_size="big")
     assert model_facts(str(odd)) == {}
+
+
+def sglang_choices() -> dict[str, list[str]]:
+    """sglang 0.5.23's own choices for each server argument that has them (its argparse)."""
+    import argparse
+
+    from sglang.srt.server_args import ServerArgs
+
+    parser = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(parser)
+    return {
+        action.dest: [str(choice) for choice in action.choices]
+        for action in parser._actions
+        if action.choices and action.option_strings
+    }
+
+
+def refuses(profile: Any, field: str, value: str) -> bool:
+    """Whether an unconditional `refuse` rule of the profile names `value` for `field`."""
+    return any(
+        rule.action == "refuse" and not rule.permits(value)
+        for rule in profile.server.rules_on(field)
+        if not rule.conditional
+    )
+
+
+@pytest.mark.parametrize("arch", AMD)
+def test_a_rule_refuses_exactly_what_it_names(
+    arch: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, narrow_model: Path
+) -> None:
+    """Issue 40's counter-tests, for every choice sglang offers of every field the profile has
+    an unconditional rule on: each value a rule names is refused through sglang's real
+    ServerArgs and the platform hook, naming the flag; every other value passes the hook
+    (sglang's own checks may still say no to it, never sglx's)."""
+    profile = load_profile(arch)
+    choices = sglang_choices()
+    fields = {
+        field for field in choices if any(not r.conditional for r in profile.server.rules_on(field))
+    }
+    assert {"quantization", "attention_backend", "moe_runner_backend"} <= fields, fields
+    for field in sorted(fields):
+        flag = "--" + field.replace("_", "-")
+        for value in choices[field]:
+            try:
+                apply(arch, [flag, value], tmp_path, monkeypatch, narrow_model)
+            except PlatformError as error:
+                assert error.failure is FailureClass.CONFIG_REFUSED, (flag, value, error)
+                assert refuses(profile, field, value), f"{arch}: {flag} {value}: {error.detail}"
+                assert f"{flag} {value}:" in error.detail, error.detail
+                continue
+            except Exception:  # sglang's own refusal of the value, not sglx's
+                assert not refuses(profile, field, value), f"{arch}: {flag} {value} got past sglx"
+                continue
+            assert not refuses(profile, field, value), f"{arch}: {flag} {value} was not refused"

@@ -6,7 +6,9 @@ low-bit (FP8/FP6/FP4) tensors are carried byte for byte.
 
 A quantized checkpoint (config.json `quantization_config.quant_method`) is first held against
 the profile's unconditional rules on `quantization` (`server.rules`), the same rules the
-plugin applies to `--quantization`: a refused method stops the conversion with the rule's
+plugin applies to `--quantization`, as the method sglang serves it as on the arch
+(`weights.checkpoint_routes`: on HIP a ModelOpt checkpoint is served through Petit, although
+`--quantization modelopt` has no HIP kernel): a refused method stops the conversion with the rule's
 reason and what to use instead; a `warn` rule lets it through with the reason as a warning.
 Inside an accepted quantized checkpoint the quantization parameters (scales, zero points,
 packed weights, group indices) keep their dtype, because the kernels read them at the precision
@@ -45,6 +47,7 @@ KNOWN_QUANT_METHODS = frozenset(
         "modelopt_fp8",
         "moe_wna16",
         "mxfp4",
+        "mxfp8",
         "quark",
         "quark_mxfp4",
         "w4afp8",
@@ -104,27 +107,60 @@ def quant_method_of(config: Mapping[str, Any] | None) -> str | None:
     return method
 
 
+def quant_algo_of(config: Mapping[str, Any]) -> str | None:
+    """The checkpoint's `quant_algo` (ModelOpt's name for its format) from config.json's
+    quantization_config, flat or under `quantization` as hf_quant_config.json writes it."""
+    section = config.get("quantization_config")
+    if not isinstance(section, dict):
+        return None
+    nested = section.get("quantization")
+    algo = section.get("quant_algo", nested.get("quant_algo") if isinstance(nested, dict) else None)
+    return algo if isinstance(algo, str) and algo else None
+
+
+def served_method(profile: Profile, config: Mapping[str, Any], method: str) -> str:
+    """The method sglang serves a `method` checkpoint as on `profile`'s arch (its
+    `weights.checkpoint_routes`); a checkpoint the route cannot take is refused here."""
+    route = profile.weights.checkpoint_routes.get(method)
+    if route is None:
+        return method
+    algo = quant_algo_of(config)
+    if route.quant_algo and algo not in route.quant_algo:
+        raise SglxError(
+            f"the checkpoint is quantized with '{method}' (quant_algo {algo or 'not given'}); "
+            f"arch '{profile.arch}' serves '{method}' checkpoints as '{route.served_as}', which "
+            f"takes quant_algo {', '.join(route.quant_algo)} only: {route.reason}",
+            hint=f"use a {' or '.join(route.quant_algo)} '{method}' checkpoint, "
+            "or an unquantized one",
+            code="unsupported_quantization",
+        )
+    return route.served_as
+
+
 def dtype_policy(
     profile: Profile, config: Mapping[str, Any] | None
 ) -> tuple[DtypePolicy, tuple[str, ...]]:
     """The policy for `config`'s checkpoint on `profile`'s arch, plus warnings to show.
 
     Raises `SglxError` (code ``unsupported_quantization``) when the arch's quantization rule
-    refuses the checkpoint's method, or when sglx does not know the method's tensors.
+    refuses the method sglang serves the checkpoint as, or when sglx does not know the
+    method's tensors.
     """
     target = storage_dtype(profile.weights.dtype)
     method = quant_method_of(config)
-    if method is None:
+    if method is None or config is None:
         return DtypePolicy(target), ()
+    served = served_method(profile, config, method)
+    named = f"'{method}'" if served == method else f"'{method}' (served as '{served}')"
     warnings: list[str] = []
     # Conditional rules depend on other server arguments or the served model, which a
     # conversion does not know; the unconditional ones hold for every launch.
     rules = [r for r in profile.server.rules_on(QUANTIZATION_RULE) if not r.conditional]
     for rule in sorted(rules, key=lambda r: r.action != "refuse"):
-        if rule.permits(method):
+        if rule.permits(served):
             continue
         message = (
-            f"the checkpoint is quantized with '{method}', which arch '{profile.arch}' "
+            f"the checkpoint is quantized with {named}, which arch '{profile.arch}' "
             f"{'refuses' if rule.action == 'refuse' else 'warns about'}: {rule.reason}"
         )
         if rule.action == "refuse":

@@ -578,6 +578,24 @@ class EnvFloor(_Strict):
     reason: Text = Field(description="What goes wrong below the minimum, with its source.")
 
 
+class CheckpointRoute(_Strict):
+    """How sglang serves a checkpoint of one `quant_method` (config.json) on this arch when no
+    `--quantization` is given: the method it resolves it to, which the profile's quantization
+    rules then judge at `sglx weights convert` as they judge the flag."""
+
+    served_as: Annotated[str, StringConstraints(strict=True, pattern=r"^[a-z0-9][a-z0-9_-]*$")] = (
+        Field(description="The quantization method sglang serves such a checkpoint as.")
+    )
+    quant_algo: list[Annotated[str, StringConstraints(strict=True, min_length=1)]] = Field(
+        default_factory=list,
+        description="The checkpoint's `quant_algo` values that route takes (config.json "
+        "quantization_config); another is refused naming them. Empty: any.",
+    )
+    reason: Annotated[str, StringConstraints(strict=True, min_length=1)] = Field(
+        description="Why, with its source (the sglang wheel's file, a vendor's doc)."
+    )
+
+
 class Weights(_Strict):
     """How `sglx weights convert` stores weights for this arch, and where large ones live."""
 
@@ -597,6 +615,12 @@ class Weights(_Strict):
         "install.sh and the bundle_install role, shared by image versions and mounted "
         "read-only at the image's model folder. A site moves it with --models-root, "
         "SGLX_MODELS_ROOT, bundle_install_models_root and sglang_service_models_root."
+    )
+    checkpoint_routes: dict[str, CheckpointRoute] = Field(
+        default_factory=dict,
+        description="By a checkpoint's config.json `quant_method`: the method sglang serves "
+        "it as on this arch (e.g. ModelOpt NVFP4 through Petit on HIP). `sglx weights convert` "
+        "holds that method, not the checkpoint's name for it, against the quantization rules.",
     )
 
 
