@@ -2,8 +2,9 @@
 
 Some arch limits depend on the model, not on a flag: the CK batch-prefill kernel behind the
 aiter attention backend asserts a head width of at most 256, so a wider model must take
-another backend. Rules state such limits as data (`server.rules.<name>.model`); this module
-only reads the facts they compare against.
+another backend, unless sglang routes its prefill through Triton's unified attention, as it
+does for a model with a sliding-window KV pool (`hybrid_swa`). Rules state such limits as
+data (`server.rules.<name>.model`); this module only reads the facts they compare against.
 
 The read never stops the server: model_path may be a hub id (not read; sglang downloads it
 later), and a config.json that is missing, a link to a device, oversized or not a JSON object
@@ -47,7 +48,30 @@ def model_facts(model_path: str | None) -> dict[str, Any]:
     if not isinstance(config, Mapping):
         return {}
     head_dim = attention_head_dim(config)
-    return {} if head_dim is None else {"head_dim": head_dim}
+    facts: dict[str, Any] = {"hybrid_swa": hybrid_swa(config)}
+    if head_dim is not None:
+        facts["head_dim"] = head_dim
+    return facts
+
+
+def hybrid_swa(config: Mapping[str, Any]) -> bool:
+    """Whether sglang serves the model with a sliding-window KV pool beside the full one: its
+    own is_hybrid_swa_model (wheel:srt/configs/model_config.py), on config.json's architectures
+    and text config, read here as attributes the way sglang reads its config objects."""
+    from types import SimpleNamespace
+
+    from sglang.srt.configs.model_config import is_hybrid_swa_model
+
+    architectures = config.get("architectures")
+    if not isinstance(architectures, list) or not all(isinstance(a, str) for a in architectures):
+        return False
+    text = config.get("text_config")
+    section = text if isinstance(text, Mapping) else config
+    names = {k: v for k, v in section.items() if isinstance(k, str) and k.isidentifier()}
+    try:
+        return bool(is_hybrid_swa_model(architectures, SimpleNamespace(**names)))
+    except (AttributeError, TypeError, ValueError):  # a field sglang reads is missing or odd
+        return False
 
 
 def attention_head_dim(config: Mapping[str, Any]) -> int | None:

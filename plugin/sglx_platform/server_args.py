@@ -7,6 +7,7 @@ refusal stops the server with the reason and what to use instead.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -54,6 +55,7 @@ def plan(
     current: Mapping[str, Any],
     explicit_set: Collection[str],
     model: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> Plan:
     """Decide writes, refusals and warnings for `current` field values.
 
@@ -61,9 +63,11 @@ def plan(
     the profile has a default for gets it, even if sglang resolved another value before (the
     profile knows the arch, sglang's generic heuristics do not). `model` holds the facts read
     from the model's config.json (`sglx_platform.model_config`), which conditional rules may
-    look at; empty or None when there are none.
+    look at; empty or None when there are none. `environ` is the server's environment, which
+    rules with `unless_env` read; None: this process's, which the server shares.
     """
     model = model or {}
+    environ = os.environ if environ is None else environ
     server = profile.server
 
     def explicit(name: str) -> bool:
@@ -91,13 +95,17 @@ def plan(
     # A rule's default stands in for a refusal when the user left the field unset (e.g. a
     # model too wide for one attention backend gets another); a value the user set is checked.
     for name, rule in server.field_rules():
-        if rule.default is not None and not explicit(name) and rule.applies(effective, model):
+        if (
+            rule.default is not None
+            and not explicit(name)
+            and rule.applies(effective, model, environ)
+        ):
             writes[name] = rule.default
     effective = {**current, **writes}
     warnings: list[Refusal] = []
     for name, rule in server.field_rules():
         value = effective.get(name)
-        if rule.applies(effective, model) and not rule.permits(value):
+        if rule.applies(effective, model, environ) and not rule.permits(value):
             target = warnings if rule.action == "warn" else refusals
             reason = rule.reason + _model_detail(rule, model)
             target.append(Refusal(name, value, reason, rule.instead))

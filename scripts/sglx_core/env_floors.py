@@ -11,19 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from sglx_core.env_bool import as_bool
 from sglx_core.profile.schema import EnvFloor
-
-# How sglang 0.5.23 reads a boolean variable (EnvBool.parse, srt/environ.py in the wheel):
-# these words, in any case. SGLANG_ROCM_USE_MULTI_STREAM=true switches the feature on as "1"
-# does, so a floor compares it the same way.
-TRUE_WORDS = ("true", "1", "yes", "y")
-FALSE_WORDS = ("false", "0", "no", "n")
-
-
-def as_bool(text: str) -> bool | None:
-    """`text` as sglang reads a boolean variable; None for a word it refuses."""
-    word = text.lower()
-    return True if word in TRUE_WORDS else False if word in FALSE_WORDS else None
 
 
 def switched_on(floor: EnvFloor, env: Mapping[str, str]) -> bool:

@@ -119,10 +119,23 @@ def test_eagle_on_gfx942_needs_graph_capture_off(
         detail = refused(
             "gfx942", ["--speculative-algorithm", algorithm], tmp_path, monkeypatch, narrow_model
         )
-        assert f"--speculative-algorithm {algorithm}: EAGLE speculative decoding" in detail
-        assert "sglang#29347" in detail and "use --disable-cuda-graph" in detail
-    eager = ["--speculative-algorithm", "EAGLE", "--disable-cuda-graph"]
-    assert apply("gfx942", eager, tmp_path, monkeypatch, narrow_model).disable_cuda_graph
+        assert f"--speculative-algorithm {algorithm}: EAGLE-style speculative decoding" in detail
+        assert "sglang#29347" in detail and "use --disable-decode-cuda-graph" in detail
+    # Issue 40 item 7: STANDALONE shares the EAGLE V2 worker's verify path (spec_info.py).
+    detail = refused(
+        "gfx942", ["--speculative-algorithm", "STANDALONE"], tmp_path, monkeypatch, narrow_model
+    )
+    assert "--speculative-algorithm STANDALONE: EAGLE-style speculative decoding" in detail
+    # Decode graphs off, in each of sglang 0.5.23's three spellings, lets every one through.
+    for off in (
+        ["--disable-cuda-graph"],
+        ["--disable-decode-cuda-graph"],
+        ["--cuda-graph-backend-decode", "disabled"],
+    ):
+        for algorithm in ("EAGLE", "STANDALONE"):
+            eager = ["--speculative-algorithm", algorithm, *off]
+            served = apply("gfx942", eager, tmp_path, monkeypatch, narrow_model)
+            assert served.speculative_algorithm == algorithm, off
     # other algorithms, and other arches, are not what sglang#29347 reports
     ngram = ["--speculative-algorithm", "NGRAM"]
     assert apply("gfx942", ngram, tmp_path, monkeypatch, narrow_model).speculative_algorithm
@@ -144,6 +157,7 @@ def test_heads_wider_than_256_take_triton_or_refuse_a_forced_aiter(
     detail = refused(arch, ["--attention-backend", "aiter"], tmp_path, monkeypatch, wide_model)
     assert "--attention-backend aiter: aiter's CK batch-prefill kernel" in detail
     assert "(this model: head_dim 512)" in detail and "use --attention-backend triton" in detail
+    assert "SGLANG_USE_AITER_UNIFIED_ATTN=1" in detail
     forced = ["--attention-backend", "aiter"]
     assert apply(arch, forced, tmp_path, monkeypatch, narrow_model).attention_backend == "aiter"
 
@@ -153,6 +167,31 @@ def test_head_width_comes_from_hidden_size_without_head_dim(
 ) -> None:
     model = write_model(tmp_path / "model", hidden_size=1024, num_attention_heads=2)
     assert apply("gfx942", [], tmp_path, monkeypatch, model).attention_backend == "triton"
+
+
+@pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
+def test_wide_heads_take_aiter_where_its_prefill_is_triton_unified_attention(
+    arch: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, wide_model: Path
+) -> None:
+    """Issue 40 item 7: aiter routes prefill through Triton's unified attention, which has no
+    head cap, for a model with a sliding-window KV pool and under
+    SGLANG_USE_AITER_UNIFIED_ATTN (wheel:srt/layers/attention/aiter_backend.py): the rule
+    refuses neither, and refuses a sliding-window model whose pool
+    --disable-hybrid-swa-memory drops."""
+    aiter = ["--attention-backend", "aiter"]
+    for word in ("1", "true", "Yes"):
+        monkeypatch.setenv("SGLANG_USE_AITER_UNIFIED_ATTN", word)
+        assert apply(arch, aiter, tmp_path, monkeypatch, wide_model).attention_backend == "aiter"
+    monkeypatch.setenv("SGLANG_USE_AITER_UNIFIED_ATTN", "0")
+    assert "CK batch-prefill" in refused(arch, aiter, tmp_path, monkeypatch, wide_model)
+    monkeypatch.delenv("SGLANG_USE_AITER_UNIFIED_ATTN")
+    swa = write_model(tmp_path / "swa", architectures=["GptOssForCausalLM"], head_dim=512)
+    assert model_facts(str(swa))["hybrid_swa"] is True
+    assert model_facts(str(wide_model))["hybrid_swa"] is False
+    assert apply(arch, aiter, tmp_path, monkeypatch, swa).attention_backend == "aiter"
+    assert apply(arch, [], tmp_path, monkeypatch, swa).attention_backend is None  # sglang's own
+    dropped = [*aiter, "--disable-hybrid-swa-memory"]
+    assert "CK batch-prefill" in refused(arch, dropped, tmp_path, monkeypatch, swa)
 
 
 def test_fp8_kv_cache_is_refused_with_the_wave_backend_only(
@@ -179,14 +218,20 @@ def test_moe_all_to_all_is_mori_and_nvidia_moe_runners_are_refused(
     arch: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, narrow_model: Path
 ) -> None:
     for flag, value, why, fix in (
-        ("--moe-a2a-backend", "deepep", "DeepEP is NVIDIA's all-to-all", "--moe-a2a-backend mori"),
-        ("--moe-runner-backend", "deep_gemm", "DeepGEMM and CUTLASS", "--moe-runner-backend"),
-        ("--moe-runner-backend", "cutlass", "DeepGEMM and CUTLASS", "--moe-runner-backend"),
+        ("--moe-a2a-backend", "deepep", "DeepEP, pplx (NVSHMEM)", "--moe-a2a-backend mori"),
+        ("--moe-a2a-backend", "pplx", "DeepEP, pplx (NVSHMEM)", "--moe-a2a-backend mori"),
+        ("--moe-a2a-backend", "flashinfer", "DeepEP, pplx (NVSHMEM)", "--moe-a2a-backend mori"),
+        ("--moe-runner-backend", "deep_gemm", "DeepGEMM, CUTLASS", "--moe-runner-backend"),
+        ("--moe-runner-backend", "cutlass", "DeepGEMM, CUTLASS", "--moe-runner-backend"),
+        ("--moe-runner-backend", "flashinfer_trtllm", "DeepGEMM, CUTLASS", "--moe-runner-backend"),
+        ("--moe-runner-backend", "hpc_ops", "DeepGEMM, CUTLASS", "--moe-runner-backend"),
     ):
         detail = refused(arch, [flag, value], tmp_path, monkeypatch, narrow_model)
         assert f"{flag} {value}: {why}" in detail and f"use {fix}" in detail
-    mori = apply(arch, ["--moe-a2a-backend", "mori"], tmp_path, monkeypatch, narrow_model)
-    assert mori.moe_a2a_backend == "mori"
+    # Issue 40 item 7: each allowed one has a ROCm build or an AMD path (rocm.yaml's sources).
+    for backend in ("mori", "mooncake", "nixl", "megamoe"):
+        served = apply(arch, ["--moe-a2a-backend", backend], tmp_path, monkeypatch, narrow_model)
+        assert served.moe_a2a_backend == backend
 
 
 def test_preflight_reports_the_refusal_before_the_server_starts(
@@ -200,9 +245,9 @@ def test_preflight_reports_the_refusal_before_the_server_starts(
     failed = sorted((c.detail, c.fix) for c in checks if c.status == "fail")
     assert len(failed) == 2, failed
     assert failed[0][0].startswith("attention_backend='aiter': aiter's CK batch-prefill")
-    assert failed[0][1] == "use --attention-backend triton"
-    assert failed[1][0].startswith("speculative_algorithm='EAGLE3': EAGLE speculative")
-    accepted = check_server_args([*argv, "--disable-cuda-graph"])
+    assert failed[0][1].startswith("use --attention-backend triton, or aiter with SGLANG_USE_AITER")
+    assert failed[1][0].startswith("speculative_algorithm='EAGLE3': EAGLE-style speculative")
+    accepted = check_server_args([*argv, "--disable-decode-cuda-graph"])
     assert [c.status for c in accepted] == ["pass"]
     assert "attention_backend=triton" in accepted[0].detail
 
@@ -323,9 +368,20 @@ def test_model_facts_never_fail_and_read_only_local_regular_files(tmp_path: Path
     os.mkfifo(fifo / "config.json")
     assert model_facts(str(fifo)) == {}  # opened without blocking, refused as not a file
     vlm = write_model(tmp_path / "vlm", text_config={"head_dim": 320}, head_dim=64)
-    assert model_facts(str(vlm)) == {"head_dim": 320}
+    assert model_facts(str(vlm)) == {"head_dim": 320, "hybrid_swa": False}
     odd = write_model(tmp_path / "odd", head_dim=True, hidden_size="big")
-    assert model_facts(str(odd)) == {}
+    assert model_facts(str(odd)) == {"hybrid_swa": False}
+    # What sglang's is_hybrid_swa_model reads, hostile: never an error, never a guess.
+    for architectures, extra in (
+        ("GptOssForCausalLM", {}),  # not a list
+        ([1, None], {}),
+        (["BeamForCausalLM"], {}),  # Beam reads layer_types, which this config lacks
+        (["BeamForCausalLM"], {"layer_types": 5}),
+        (["LlamaForCausalLM"], {"not an identifier": 1, "is_hybrid_swa": True}),
+    ):
+        hostile = write_model(tmp_path / "hostile", architectures=architectures, **extra)
+        expected = "is_hybrid_swa" in extra  # sglang's own opt-in, read as sglang reads it
+        assert model_facts(str(hostile))["hybrid_swa"] is expected, (architectures, extra)
 
 
 def sglang_choices() -> dict[str, list[str]]:

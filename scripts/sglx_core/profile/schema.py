@@ -24,6 +24,7 @@ from pydantic import (
     model_validator,
 )
 
+from sglx_core.env_bool import as_bool
 from sglx_core.weights_store import SIZE_PATTERN
 
 SCHEMA_VERSION = 1
@@ -391,13 +392,20 @@ class ModelCondition(_Strict):
         "`text_config` counts too; the widest wins).",
     )
 
+    hybrid_swa: StrictBool | None = Field(
+        default=None,
+        description="Applies only when the model is (true) or is not (false) one sglang serves "
+        "with a sliding-window KV pool beside the full one (sglang's is_hybrid_swa_model on "
+        "config.json's architectures and text config). null: either.",
+    )
+
     def holds(self, model: Mapping[str, Any]) -> bool:
         """Whether `model` (facts read from config.json; empty when none) matches."""
         if self.head_dim_above is not None:
             head_dim = model.get("head_dim")
             if not isinstance(head_dim, int) or head_dim <= self.head_dim_above:
                 return False
-        return True
+        return self.hybrid_swa is None or model.get("hybrid_swa") is self.hybrid_swa
 
 
 # ServerArgs field -> the values a condition looks for (a single value is read as a list of one).
@@ -438,6 +446,12 @@ class Rule(_Strict):
         description="The rule applies only to a model that matches this, read from config.json "
         "in the model's folder; a hub id or an unreadable config.json matches nothing.",
     )
+    unless_env: tuple[EnvName, ...] = Field(
+        default=(),
+        description="The rule does not apply when one of these variables of the server's "
+        "environment is switched on, read as sglang reads a boolean (`1`, `true`, `yes`, `y` in "
+        "any case; sglx_core.env_bool), e.g. `[SGLANG_USE_AITER_UNIFIED_ATTN]`.",
+    )
     default: Scalar = Field(
         default=None,
         description="When the rule applies and the user did not set the field, the plugin "
@@ -469,14 +483,23 @@ class Rule(_Strict):
 
     @property
     def conditional(self) -> bool:
-        """Whether the rule depends on other fields or on the model."""
-        return bool(self.when or self.unless or self.model is not None)
+        """Whether the rule depends on other fields, the model or the environment."""
+        return bool(self.when or self.unless or self.model is not None or self.unless_env)
 
-    def applies(self, values: Mapping[str, Any], model: Mapping[str, Any]) -> bool:
-        """Whether the conditions hold for these ServerArgs values and model facts."""
+    def applies(
+        self,
+        values: Mapping[str, Any],
+        model: Mapping[str, Any],
+        environ: Mapping[str, str] | None = None,
+    ) -> bool:
+        """Whether the conditions hold for these ServerArgs values, model facts and server
+        environment (none given: no variable is switched on)."""
         if any(values.get(k) not in wanted for k, wanted in self.when.items()):
             return False
         if any(values.get(k) in wanted for k, wanted in self.unless.items()):
+            return False
+        environ = environ or {}
+        if any(as_bool(environ.get(name, "")) for name in self.unless_env):
             return False
         return self.model is None or self.model.holds(model)
 
