@@ -1,13 +1,14 @@
 """The node-local JIT cache folder, refused at start unless it belongs to the server alone.
 
 The profile points Triton's, AITER's and the other JIT caches under `container.jit_cache.target`
-(TRITON_CACHE_DIR, AITER_JIT_DIR), where every `docker run` sglx writes mounts one host folder
-per image id (sglx_core.jit_cache). What the JIT compilers find there is code the server
-loads and runs: a compiled kernel, a built extension module. So anybody who can write into the
-folder, or swap it for a link, can run code inside the server. `sglx-serve` therefore checks the
-folder before it starts anything (exit 2 when it fails): a real folder, not a link, owned by
-the server's uid, mode exactly 0700. The message names the folder on the host (the run spec
-sets SGLX_JIT_CACHE_HOST to it; the container path when it is unset) and the fix.
+(TRITON_CACHE_DIR, AITER_JIT_DIR, AITER_ROOT_DIR), where every `docker run` sglx writes mounts
+one host folder per image id (sglx_core.jit_cache). What the JIT compilers find there is code
+the server loads and runs: a compiled kernel, a built extension module. So anybody who can
+write into the folder, or swap it for a link, can run code inside the server. `sglx-serve`
+therefore checks the folder before it starts anything (exit 2 when it fails): a real folder,
+not a link, owned by the server's uid, mode exactly 0700. The message names the folder on the
+host (the run spec sets SGLX_JIT_CACHE_HOST to it; the container path when it is unset) and
+the fix.
 
 Code that seeds the cache (e.g. copying a prebuilt Triton cache in at start) calls
 `checked_cache_root()` first and writes only under the path it returns.
