@@ -501,3 +501,13 @@ def test_install_sh_refuses_a_link_in_place_of_the_folder(tmp_path: Path) -> Non
     assert done.returncode == 2
     assert "is a symbolic link" in done.stderr
     assert tmp_path.stat().st_uid == 0  # what the link points at was not handed over
+
+
+@pytest.mark.parametrize("arch", known_arches())
+def test_the_server_runs_with_no_added_privilege(arch: str) -> None:
+    """Issue 40 item 11: no profile adds a capability, unconfines seccomp or runs privileged.
+    AMD's CI runs RCCL and JAX on MI355X under the defaults (jax-ml/jax PR #40370, ROCm/TheRock
+    PR #7260), and a P800 serves without them (research/kunlun.md); a site that debugs with
+    ptrace adds them for that host."""
+    options = expected(run_spec(load_profile(arch)))["options"]
+    assert not {"--cap-add", "--security-opt", "--privileged"} & set(options), options
