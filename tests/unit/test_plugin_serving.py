@@ -277,6 +277,25 @@ def test_a_malformed_sysfs_node_is_refused_naming_the_node(
     assert "device_id 0x74a1" in out
 
 
+def test_devices_this_image_does_not_serve_are_refused_before_the_server_starts(
+    run: Run, tmp_path: Path
+) -> None:
+    """Issue 40 item 4: cards present but not identified (an unknown PCI vendor id), or another
+    arch's GPUs, stop sglx-serve (exit 2) naming what it found; selection never skips them."""
+    unknown = serving_fixtures.p800_host(tmp_path / "unknown", 2, pci_vendor="0x1eb7")
+    code, out, _ = run(
+        "kunlun:empty", "llama-3.1-8b", "--dry-run", env={"SGLX_PROBE_ROOT": str(unknown)}
+    )
+    assert code == 2, out
+    assert "refused: 2 /dev/xpu nodes" in out and "cannot be identified" in out
+    gfx950 = serving_fixtures.mi355x_host(tmp_path / "mi355x", 2)
+    code, out, _ = run(
+        "gfx942:empty", "llama-3.1-8b", "--dry-run", env={"SGLX_PROBE_ROOT": str(gfx950)}
+    )
+    assert code == 2, out
+    assert "only gfx950 GPUs; this image serves gfx942" in out
+
+
 def test_no_device_of_the_arch_skips_selection(run: Run) -> None:
     """A container started without its devices: nothing is chosen, preflight names what is
     missing; the dry run still shows the command (the user's flags alone)."""

@@ -145,9 +145,10 @@ def test_other_arch_gpus_are_not_counted(tmp_path: Path) -> None:
 
 
 def test_no_gpu_of_this_arch_is_refused(tmp_path: Path) -> None:
+    """Another arch's GPUs are a finding (issue 40 item 4), not a container without devices."""
     with pytest.raises(SglxError) as err:
         _detect("gfx942", mi355x_host(tmp_path, 2))
-    assert err.value.code == "no_device"
+    assert err.value.code == "accelerator_not_served"
     assert "only gfx950 GPUs" in err.value.message
 
 
@@ -386,6 +387,22 @@ def test_kunlun_gen2_only(tmp_path: Path) -> None:
     with pytest.raises(SglxError) as err:
         _detect("kunlun", p800_host(tmp_path, 2, pci_device=KUNLUN_GEN2_DEVICE))
     assert "only unsupported cards (0x3684)" in err.value.message
+    assert err.value.code == "accelerator_not_served"
+
+
+@pytest.mark.parametrize("vendor", ["0x1d22", "0x2057"])
+def test_kunlun_identifies_a_p800_of_either_vendor_id(tmp_path: Path, vendor: str) -> None:
+    assert _detect("kunlun", p800_host(tmp_path, 2, pci_vendor=vendor)).count == 2
+
+
+def test_kunlun_cards_of_an_unknown_vendor_id_are_a_finding(tmp_path: Path) -> None:
+    """Issue 40 item 4: cards the profile cannot identify are refused naming what was found,
+    never skipped."""
+    with pytest.raises(SglxError) as err:
+        _detect("kunlun", p800_host(tmp_path, 2, pci_vendor="0x1eb7"))
+    assert err.value.code == "accelerator_not_served"
+    assert "2 /dev/xpu nodes" in err.value.message and "0x1d22 or 0x2057" in err.value.message
+    assert "devices.probe" in (err.value.hint or "")
 
 
 def test_kunlun_card_missing_from_the_table(tmp_path: Path) -> None:

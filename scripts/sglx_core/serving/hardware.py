@@ -50,6 +50,10 @@ from sglx_core.profile.schema import KfdProbe, KunlunProbe
 from sglx_core.untrusted import read_bounded
 
 PROBE_ROOT_ENV = "SGLX_PROBE_ROOT"
+# The error code when devices are present but none is one this image serves (another arch's
+# GPUs, cards whose PCI ids the profile does not know): a finding. `no_device` (none at all)
+# is a container started without its devices, which preflight names.
+NOT_SERVED = "accelerator_not_served"
 KFD_NODES = "sys/class/kfd/kfd/topology/nodes"
 PCI_DEVICES = "sys/bus/pci/devices"
 NUMA_NODES = "sys/devices/system/node"
@@ -444,7 +448,9 @@ def _detect_rocm(
             hint="run the image built for this host's GPUs (sglx profile list shows the "
             "arches), or check that the container was started with --device /dev/kfd and "
             "/dev/dri",
-            code="no_device",
+            # GPUs of another arch are a finding (the wrong image for this host), not a
+            # container started without its devices.
+            code=NOT_SERVED if others else "no_device",
         )
     names = {g.node: identify_rocm(g, table) for g in mine}
     models = set(names.values())
@@ -521,12 +527,15 @@ def _detect_kunlun(
     where = f"/{PCI_DEVICES}"
     if not supported:
         found = f"only unsupported cards ({', '.join(unsupported)})" if unsupported else "no card"
+        # Cards the driver gave this container that sglx cannot identify are a finding, never
+        # a skip: the serving profile and the capacity check would silently not apply.
         raise SglxError(
             f"{len(cards)} /dev/xpu nodes, but {where} lists {found} of vendor "
             f"{' or '.join(spec.pci_vendors)}; the card model cannot be identified",
             hint=f"this image serves PCI devices {', '.join(spec.pci_devices)}; run it with /sys "
-            "visible (Docker's default) on a host with those cards",
-            code="no_device",
+            "visible (Docker's default) on a host with those cards, or add the card's vendor "
+            "and device ids to devices.probe in the arch profile, with their source",
+            code=NOT_SERVED,
         )
     models = {d: _identify_pci(d, table) for d in supported}
     named = set(models.values())
