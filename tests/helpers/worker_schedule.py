@@ -1,8 +1,7 @@
 """How `make test` orders the run: two pytest-xdist workers in lanes (the default), or alone.
 
 In lanes (`TEST_WORKERS=2`, `--dist loadfile`): the first worker (`MAIN_WORKER`) takes every
-file that uses the engine, in start order, and the other takes the unit files and the
-integration files that use no engine (`lane`, `ENGINE_FREE`), niced
+file that uses the engine, in start order, and the other takes the unit files (`lane`), niced
 (`YIELDING_NICENESS`, its children too: ansible-playbook, sglx) so that its work fills the
 cores the engine work leaves idle and never slows it. The first worker builds the cpu chain
 (base, wheels, image, bundle: about eight minutes, on one core mostly) in a thread from its
@@ -55,29 +54,9 @@ SHARED = {
 }
 
 
-# The integration files that use no engine (real ansible-playbook over a local connection, a
-# server or torch processes of this machine, install.sh in --check mode): the unit lane's
-# worker takes them too. A test there that asks for the engine fails (pytest_runtest_setup).
-ENGINE_FREE = frozenset(
-    f"tests/integration/{name}.py"
-    for name in (
-        "test_ansible_env_floors",
-        "test_bundle_copy_resume",
-        "test_bundle_install_role_hostile",
-        "test_bundle_install_sh_hostile",
-        "test_collective_smoke",
-        "test_cpu_server",
-        "test_gate_golden_build",
-        "test_kunlun_firmware_check",
-    )
-)
-# The engine's fixtures (helpers/engine_fixtures.py), which only the engine lane may use.
-ENGINE_FIXTURES = frozenset({"docker", "cpu_base", "cpu_image", "cpu_bundle", "cpu_bundle_scan"})
-
-
 def lane(scope: str) -> str:
-    """A file's lane: `unit` (the unit files and ENGINE_FREE) or `engine` (the rest)."""
-    return "unit" if scope.startswith("tests/unit/") or scope in ENGINE_FREE else "engine"
+    """A file's lane: `unit` (no engine) or `engine` (everything else, one worker's)."""
+    return "unit" if scope.startswith("tests/unit/") else "engine"
 
 
 def is_main_worker(config: pytest.Config) -> bool:
@@ -195,19 +174,6 @@ def _cpu_chain_ahead(request: pytest.FixtureRequest) -> Iterator[None]:
         yield
         for future in ahead:
             future.exception()  # waited for; a failure was reported by the tests that needed it
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtest_setup(item: pytest.Item) -> None:
-    """The unit lane's worker runs no test that asks for the engine: it would run beside the
-    engine lane's, which assumes the engine is its own."""
-    used = ENGINE_FIXTURES & set(item.fixturenames)
-    if used and not is_main_worker(item.config):
-        pytest.fail(
-            f"{item.nodeid} asks for the engine ({', '.join(sorted(used))}) in the unit lane: "
-            "take its file out of worker_schedule.ENGINE_FREE",
-            pytrace=False,
-        )
 
 
 @pytest.hookimpl(tryfirst=True)
