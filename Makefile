@@ -9,10 +9,10 @@ export VENV
 BIN := $(VENV)/bin
 SGLX := $(BIN)/sglx
 PYTEST_ARGS ?=
-# make test's pytest-xdist workers. 2 (the default): in lanes, one for the engine tests (the cpu
-# chain built in a thread beside its e2e module), one for the unit tests, niced beside it;
-# 1: none, the unit tests first beside the chain (tests/helpers/worker_schedule.py).
-TEST_WORKERS ?= 2
+# make test's pytest-xdist workers. 1 (the default): none, the cpu image chain built in a thread
+# beside the unit tests; on two cores that is faster than two workers, whose engine work slows
+# each other's (tests/helpers/worker_schedule.py orders the run either way).
+TEST_WORKERS ?= 1
 BENCH ?= image
 
 .PHONY: help setup test e2e lint unit docs validate image prune bundle bench rollout check-hosts
@@ -44,7 +44,7 @@ bench: setup ## Run a benchmark: BENCH=image|scan|weights|bundle (kernels need a
 # network (debootstrap, the wheel fetch), not on the cores lint takes. Fails if either fails.
 test: setup ## Lint beside unit, real-engine integration and the Ansible end-to-end run with its break cases
 	@lint_log=$$(mktemp -t sglx-lint.XXXXXX); \
-	nice -n 10 $(MAKE) --no-print-directory lint >"$$lint_log" 2>&1 & lint_pid=$$!; \
+	$(MAKE) --no-print-directory lint >"$$lint_log" 2>&1 & lint_pid=$$!; \
 	tests_rc=0; $(BIN)/pytest $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder) $(PYTEST_ARGS) || tests_rc=$$?; \
 	lint_rc=0; wait $$lint_pid || lint_rc=$$?; \
 	echo "make test: lint, run beside the tests:"; cat "$$lint_log"; rm -f "$$lint_log"; \

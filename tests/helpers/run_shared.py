@@ -1,7 +1,7 @@
 """What the test processes of one run share: resources built once, and their cleanup.
 
-A session fixture runs once per process, `make test` runs the suite in two pytest-xdist
-workers, and the process of the engine tests builds the cpu chain in a thread beside them: the
+A session fixture runs once per process, and `make test TEST_WORKERS=2` runs the suite in two
+pytest-xdist workers, while a run alone builds the cpu chain in a thread beside its tests: the
 cpu base, wheelhouse, image and bundle (eight minutes of building, 20 GB) would be built twice.
 Instead the first process or thread that needs one builds it under a file lock in the run's
 shared folder and records it there; the others wait on the lock and read the record. A build

@@ -11,9 +11,8 @@ how they differ from the real bases):
   vendor libraries on the session's Debian), carried through `docker save` and `sglx base
   load`, and the gfx942 (rocm/pytorch route) and kunlun images built on them.
 
-Both take minutes of building that depend on nothing but the cpu base and wheelhouse. The
-process that runs the engine tests builds them in the cpu chain's thread while the e2e module
-runs (worker_schedule.py),
+Both take minutes of building that depend on nothing but the cpu base and wheelhouse. A run
+alone builds them in the cpu chain's thread while the e2e module runs (worker_schedule.py),
 so that the modules find them built. They are plain functions for that reason: every step
 runs sglx as a child process with an environment of its own (the project copy's folders), and
 never reads or patches os.environ, which the tests running meanwhile patch. Everything they
@@ -142,9 +141,9 @@ def scan_upstream_images(
     config: pytest.Config, tmp_path_factory: pytest.TempPathFactory, run_id: str
 ) -> dict[str, Any]:
     """`sglx scan --image` of each upstream image with its arch's rules (the project copy's
-    profiles), once per run: arch -> the whole envelope, findings and exit code included. The
-    engine tests' process scans them beside the e2e, after building them (worker_schedule.py),
-    as it scans the cpu bundle: about a minute and a half the module's tests do not wait."""
+    profiles), once per run: arch -> the whole envelope, findings and exit code included. A run
+    alone scans them beside the e2e, after building them (worker_schedule.py), as it scans the
+    cpu bundle: about a minute and a half the module's tests then do not wait for."""
 
     def make() -> Made:
         made = build_upstream_images(config, tmp_path_factory, run_id)

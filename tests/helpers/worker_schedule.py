@@ -1,25 +1,25 @@
-"""How `make test` orders the run: two pytest-xdist workers in lanes (the default), or alone.
+"""How `make test` orders the run, alone (the default) or split between pytest-xdist workers.
 
-In lanes (`TEST_WORKERS=2`, `--dist loadfile`): the first worker (`MAIN_WORKER`) takes every
-file that uses the engine, in start order, and the other takes the unit files (`lane`), niced
-(`YIELDING_NICENESS`, its children too: ansible-playbook, sglx) so that its work fills the
-cores the engine work leaves idle and never slows it. The first worker builds the cpu chain
-(base, wheels, image, bundle: about eight minutes, on one core mostly) in a thread from its
-first test (`_cpu_chain_ahead`); its e2e module starts at once (its hosts need only the base,
-its rollout waits for the bundle), then come the engine tests that need no cpu image, and the
-tests of the cpu image last. While the e2e runs (twenty minutes, much of it waiting on servers
-and Ansible), the same thread builds the vendor image sets (helpers/vendor_images.py, about
-eight minutes that the engine tests after the e2e otherwise waited for), scans the cpu bundle
-and scans the upstream images (about a minute and a half that test_image_rocm_upstream
-otherwise spent after the e2e).
+Alone (`TEST_WORKERS=1`): the cpu chain (base, wheels, image, bundle: about eight minutes, on
+one core mostly) is built in a thread from the run's start (`_cpu_chain_ahead`), and the unit
+tests take the other core meanwhile; then the e2e module (its hosts need only the base, its
+rollout waits for the bundle), the engine tests that need no cpu image, and the tests of the
+cpu image last. While the e2e runs (twenty minutes, much of it waiting on servers and
+Ansible), the same thread builds the vendor image sets (helpers/vendor_images.py, about eight
+minutes that the engine tests after the e2e otherwise waited for), scans the cpu bundle and
+scans the upstream images (about a minute and a half that test_image_rocm_upstream otherwise
+spent after the e2e).
 
-Alone (`TEST_WORKERS=1`): the same thread, with the unit tests first beside it, then the same
-order. The unit tests (about eleven minutes) then sat on the run's critical path, ahead of the
-e2e module, where in lanes they run beside it.
+On this project's two-core machines that is the faster way: two workers took 45 to 49 minutes
+of CI, one took 32 (31 of them pytest) before its chain moved beside the unit tests: each
+worker's engine work (builds, saves, servers) slowed the other's more than the second worker
+added.
 
-The engine tests are never split between workers: when they were (xdist's own load
-balancing), two workers took 45 to 49 minutes of CI against one's 32, each worker's engine work
-(builds, saves, servers) slowing the other's more than the second worker added.
+With workers (`TEST_WORKERS=2`, `--dist loadfile`): a worker takes whole files, so that a
+module's fixtures are built once, on one worker. Files that share a state of the one Docker
+engine with another file are one unit, run in one worker in collection order (`SHARED`). The
+e2e module starts first, and the worker that does not run it yields the CPU to the one that
+does (`YIELDING_NICENESS`).
 
 xdist's own grouping (`--dist loadgroup` and the `xdist_group` mark) is not used: with pytest
 9.2 it finds no group (xdist 3.8 writes the group into `Item._nodeid`, which pytest 9.2 no
@@ -37,10 +37,8 @@ from typing import Any
 import pytest
 from xdist.scheduler import LoadFileScheduling
 
-# Niceness of the unit lane's worker (its children inherit it: pip, ansible-playbook, sglx).
+# Niceness of the worker off the e2e path (its children inherit it: pip, ansible-playbook, sglx).
 YIELDING_NICENESS = 10
-# The worker that runs the engine lane (xdist names its workers gw0, gw1, ...).
-MAIN_WORKER = "gw0"
 
 SHARED = {
     # test_bundle_cpu takes the bundle's image out of the engine and loads it back; the e2e
@@ -54,82 +52,57 @@ SHARED = {
 }
 
 
-def lane(scope: str) -> str:
-    """A file's lane: `unit` (no engine) or `engine` (everything else, one worker's)."""
-    return "unit" if scope.startswith("tests/unit/") else "engine"
-
-
-def is_main_worker(config: pytest.Config) -> bool:
-    """True alone and in the engine lane's worker."""
-    workerinput = getattr(config, "workerinput", None)
-    return workerinput is None or workerinput["workerid"] == MAIN_WORKER
-
-
-class LaneScheduling(LoadFileScheduling):  # type: ignore[misc]
-    """loadfile, in lanes: `MAIN_WORKER` takes the engine lane's files, the other workers the
-    unit lane's, each in start order. The files of `SHARED` are one unit each. A worker whose
-    lane is empty is shut down; a lane with no worker left goes to the workers still up."""
+class SharedFileScheduling(LoadFileScheduling):  # type: ignore[misc]
+    """loadfile, with the files of `SHARED` as one unit each."""
 
     def _split_scope(self, nodeid: str) -> str:
         path = nodeid.split("::", 1)[0]
         return SHARED.get(path, path)
-
-    def _assign_work_unit(self, node: Any) -> None:
-        up = {lane_of_worker(other) for other in self.nodes if not other.shutting_down}
-        wanted = {lane_of_worker(node)} if len(up) > 1 else {"engine", "unit"}
-        scope = next((scope for scope in self.workqueue if lane(scope) in wanted), None)
-        if scope is None:
-            node.shutdown()
-            return
-        self.workqueue.move_to_end(scope, last=False)
-        super()._assign_work_unit(node)
-
-
-def lane_of_worker(node: Any) -> str:
-    return "engine" if node.workerinput["workerid"] == MAIN_WORKER else "unit"
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     if config.getvalue("dist") != "loadfile":
         return None
-    return LaneScheduling(config, log)
+    return SharedFileScheduling(config, log)
 
 
 def _uses_cpu_image(item: pytest.Item) -> bool:
     return bool({"cpu_image", "cpu_bundle", "cpu_bundle_scan"} & set(item.fixturenames))
 
 
-def start_order(item: pytest.Item) -> int:
-    """The unit tests first (alone, beside the chain's thread; in lanes, their own worker's),
-    the e2e module, the engine tests that need no cpu image, the tests of the cpu image last."""
+def start_order(item: pytest.Item, *, workers: bool) -> int:
+    """Alone: the unit tests first (beside the chain's thread), the e2e module, the engine
+    tests that need no cpu image, the tests of the cpu image last. With workers: the e2e
+    module first (it waits longest on the chain and runs longest after it), the unit tests
+    meanwhile on the other worker, then the same engine tests as alone."""
     parts = item.path.parts
-    if "unit" in parts:
-        return 0
     if "e2e" in parts:
-        return 1
+        return 0 if workers else 1
+    if "unit" in parts:
+        return 1 if workers else 0
     return 3 if _uses_cpu_image(item) else 2
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The files in start order (a file's rank: its latest test's), each keeping its place
-    among its equals. In lanes, each worker sends this order to xdist, which hands out the
-    files of each lane in it."""
+    among its equals. With workers, each sends this order to xdist, which hands out files
+    in it."""
+    workers = hasattr(config, "workerinput")
     rank: dict[Path, int] = {}
     for item in items:
-        rank[item.path] = max(rank.get(item.path, 0), start_order(item))
+        rank[item.path] = max(rank.get(item.path, 0), start_order(item, workers=workers))
     items.sort(key=lambda item: rank[item.path])
 
 
 @pytest.fixture(scope="session", autouse=True)
 def _cpu_chain_ahead(request: pytest.FixtureRequest) -> Iterator[None]:
-    """A run that will need the cpu bundle builds its chain in a thread from its first test,
-    alone or in the engine lane's worker: the chain works one core mostly, and the unit tests
-    (first, alone; beside, in lanes) take the other.
+    """Alone, a run that will need the cpu bundle builds its chain in a thread from its first
+    test: the chain works one core mostly, and the unit tests that run first take the other.
     The fixtures that need a part of it wait for that part (run_shared.once's lock); a part
     that failed fails them with its reason."""
     items = request.session.items
-    if not is_main_worker(request.config) or not any(
+    if hasattr(request.config, "workerinput") or not any(
         _uses_cpu_image(item) or "e2e" in item.path.parts for item in items
     ):
         yield
@@ -176,9 +149,17 @@ def _cpu_chain_ahead(request: pytest.FixtureRequest) -> Iterator[None]:
             future.exception()  # waited for; a failure was reported by the tests that needed it
 
 
+_first_test_seen = False
+
+
 @pytest.hookimpl(tryfirst=True)
-def pytest_configure(config: pytest.Config) -> None:
-    """The unit lane's worker runs niced from its start: the engine lane's chain and servers
-    gate the run's end, while the unit tests have room around them."""
-    if not is_main_worker(config):
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A worker whose first test is not the e2e module's runs niced from then on. The e2e
+    worker keeps its priority: its chain (cpu image, bundle) and servers gate the run's end,
+    while the other worker's work has room around them."""
+    global _first_test_seen
+    if _first_test_seen or not hasattr(item.config, "workerinput"):
+        return
+    _first_test_seen = True
+    if start_order(item, workers=True) != 0:
         os.nice(YIELDING_NICENESS)
