@@ -44,7 +44,7 @@ bench: setup ## Run a benchmark: BENCH=image|scan|weights|bundle (kernels need a
 # network (debootstrap, the wheel fetch), not on the cores lint takes. Fails if either fails.
 test: setup ## Lint beside unit, real-engine integration and the Ansible end-to-end run with its break cases
 	@lint_log=$$(mktemp -t sglx-lint.XXXXXX); \
-	$(MAKE) --no-print-directory lint >"$$lint_log" 2>&1 & lint_pid=$$!; \
+	nice -n 10 $(MAKE) --no-print-directory lint >"$$lint_log" 2>&1 & lint_pid=$$!; \
 	tests_rc=0; $(BIN)/pytest $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder) $(PYTEST_ARGS) || tests_rc=$$?; \
 	lint_rc=0; wait $$lint_pid || lint_rc=$$?; \
 	echo "make test: lint, run beside the tests:"; cat "$$lint_log"; rm -f "$$lint_log"; \

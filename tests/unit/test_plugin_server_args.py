@@ -142,6 +142,43 @@ def test_kunlun_turns_off_its_disabled_features(
     assert view.grammar_backend == "none"
 
 
+def resolved_graphs(
+    arch: str, argv: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, model: Path
+) -> tuple[str, str]:
+    """sglang's own CUDA-graph resolution, then the platform hook, in the order of sglang's
+    pipeline (wheel:srt/arg_groups/pipeline.py): the (decode, prefill) capture backends the
+    graph runners read, not the flags."""
+    from sglang.srt.arg_groups.arg_utils import record_fields
+    from sglang.srt.arg_groups.cuda_graph_hook import handle_cuda_graph_config
+    from sglang.srt.arg_groups.overrides import record_foreign_defaults, resolving_view
+    from sglang.srt.server_args import prepare_server_args
+
+    platform = platform_for(arch, tmp_path, monkeypatch)
+    args = prepare_server_args(["--model-path", str(model), *argv])
+    args._raw_input = {f.name: getattr(args, f.name) for f in record_fields(type(args))}
+    handle_cuda_graph_config(args)
+    record_foreign_defaults(args, f"platform:{arch}", platform.apply_server_args_defaults)
+    config = resolving_view(args).cuda_graph_config
+    return config.decode.backend, config.prefill.backend
+
+
+def test_kunlun_captures_no_graph_in_either_phase(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, demo_model: Path
+) -> None:
+    """Issue 40 item 6: the profile's disable_cuda_graph is written after sglang resolved its
+    graph config; it must reach that config, prefill included. A phase the user chose a
+    capture for keeps it, as sglang ranks a per-phase flag above --disable-cuda-graph."""
+    assert resolved_graphs("kunlun", [], tmp_path, monkeypatch, demo_model) == (
+        "disabled",
+        "disabled",
+    )
+    chosen = ["--cuda-graph-backend-prefill", "breakable"]
+    assert resolved_graphs("kunlun", chosen, tmp_path, monkeypatch, demo_model) == (
+        "disabled",
+        "breakable",
+    )
+
+
 def test_kunlun_refuses_a_forced_off_feature(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, demo_model: Path
 ) -> None:

@@ -13,6 +13,7 @@ from sglx_core.profile import Profile
 from sglx_platform.baked import baked_profile
 from sglx_platform.cpu_binding import apply_default
 from sglx_platform.failures import FailureClass, PlatformError
+from sglx_platform.graph_config import phases_turned_off, with_phases_off
 from sglx_platform.model_config import model_facts
 from sglx_platform.server_args import (
     explicit_fields,
@@ -95,6 +96,10 @@ class SglxPlatformMixin:
             raise refusal_error(profile, decided.refusals)
         for name, value in decided.writes.items():
             setattr(server_args, name, value)
+        phases = phases_turned_off(decided.writes, asked)
+        resolved = getattr(server_args, "cuda_graph_config", None)
+        if phases and resolved is not None:
+            server_args.cuda_graph_config = with_phases_off(resolved, phases)
         if decided.writes:
             logger.info("sglx: %s defaults applied: %s", profile.arch, decided.writes)
         apply_default(profile.ranks, server_args)
