@@ -29,23 +29,32 @@ MAX_CONFIG_BYTES = 4 * 1024 * 1024
 """Largest config.json read (real ones are a few KiB; multimodal ones tens of KiB)."""
 
 
-def model_facts(model_path: str | None) -> dict[str, Any]:
-    """The facts rules compare (`head_dim`), or {} when the model's config cannot be read."""
+def read_config(model_path: str | None) -> Mapping[str, Any] | None:
+    """The model folder's config.json as a JSON object, or None: no local folder (a hub id,
+    which sglang resolves later and sglx does not guess at), or a config.json that is missing
+    or not sane (sglang names that itself when it loads the model)."""
     if not model_path:
-        return {}
+        return None
     folder = Path(model_path)
     try:
         local = folder.is_dir()
     except (OSError, ValueError):  # a NUL byte or an over-long name: not a folder either
         local = False
     if not local:
-        return {}  # a hub id: sglang resolves it later, sglx does not guess
+        return None
     try:
         config = read_json(folder / CONFIG_FILE, what="model config", max_bytes=MAX_CONFIG_BYTES)
     except SglxError as exc:
-        logger.info("sglx: no model facts from %s: %s", folder, exc)
-        return {}
-    if not isinstance(config, Mapping):
+        logger.info("sglx: no model config from %s: %s", folder, exc)
+        return None
+    return config if isinstance(config, Mapping) else None
+
+
+def model_facts(model_path: str | None) -> dict[str, Any]:
+    """The facts rules compare (`head_dim`, `hybrid_swa`), or {} when the model's config
+    cannot be read."""
+    config = read_config(model_path)
+    if config is None:
         return {}
     head_dim = attention_head_dim(config)
     facts: dict[str, Any] = {"hybrid_swa": hybrid_swa(config)}

@@ -31,8 +31,9 @@ import urllib.request
 from pathlib import Path
 from types import FrameType
 
+from sglx_core import model_assets
 from sglx_core.errors import SglxError
-from sglx_platform import jit_cache, profiling, serving, warm_cache
+from sglx_platform import jit_cache, model_config, profiling, serving, warm_cache
 from sglx_platform.baked import baked_profile
 
 # Where sglx-serve leaves the port it started the server on, for the healthcheck.
@@ -94,10 +95,11 @@ def main(argv: list[str] | None = None) -> int:
         _say(line)
     try:
         jit_cache.checked_cache_root()  # the server loads code from it: refused unless private
+        assets = _model_asset_env(user_args)  # e.g. gpt-oss's vocabulary, beside config.json
     except SglxError as error:
         _say(f"refused before starting the server: {error}")
         return 2
-    os.environ.update(chosen.env)  # the server and preflight inherit it
+    os.environ.update({**chosen.env, **assets})  # the server and preflight inherit it
     argv = server_argv(chosen.resolution.argv if chosen.resolution else user_args)
     _announce_demo(Path(os.environ.get(MODEL_ENV, DEFAULT_MODEL)))
     _say(_install_prebuilt_cache())
@@ -135,6 +137,19 @@ def _install_prebuilt_cache() -> str:
         return f"prebuilt Triton cache not used: {error}"
 
 
+def _model_asset_env(user_args: list[str]) -> dict[str, str]:
+    """The variables that point the model's start-time loaders at its folder
+    (sglx_core.model_assets); refused when a file the model needs is not there, since nothing
+    may download it."""
+    folder = serving.model_folder(user_args, os.environ.get(MODEL_ENV, DEFAULT_MODEL))
+    config = model_config.read_config(folder)
+    if config is None:
+        return {}
+    profile = baked_profile()
+    model_assets.require(profile, config, Path(folder))
+    return model_assets.env_for(profile, config, Path(folder), os.environ)
+
+
 def _plan(user_args: list[str]) -> serving.Plan:
     model = serving.model_folder(user_args, os.environ.get(MODEL_ENV, DEFAULT_MODEL))
     return serving.plan(baked_profile(), user_args, os.environ, model)
@@ -151,6 +166,7 @@ def _explain(own: set[str], user_args: list[str]) -> int:
         return 0
     try:
         chosen = _plan(user_args)
+        _model_asset_env(user_args)  # refused as the start would be
     except SglxError as error:
         if as_json:
             refusal = {"code": error.code, "message": error.message, "hint": error.hint}

@@ -279,3 +279,23 @@ def test_cli_convert_and_verify_print_tables_and_json(
     assert main(["weights", "verify", str(dst)]) == 0
     out = capsys.readouterr().out
     assert "all match the manifest" in out and "model.safetensors" in out
+
+
+def test_a_gpt_oss_checkpoint_without_its_vocabulary_is_refused_before_anything_is_written() -> (
+    None
+):
+    """Issue 40 item 11: gpt-oss loads o200k_base.tiktoken at start and would download it
+    (sglx_core.model_assets); convert names the file, its sha256 and its source, and writes
+    nothing. With the file beside config.json it is carried to the output."""
+    tensors = {"model.norm.weight": torch.ones(8, dtype=torch.float32)}
+    config = {"architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss"}
+    src = save_tensors(scratch("gpt-oss") / "src", tensors, config=config)
+    parent = scratch("gpt-oss-out")
+
+    with pytest.raises(SglxError) as caught:
+        convert_weights(src, parent / "out", load_profile("cpu"))
+
+    assert caught.value.code == "missing_model_asset"
+    assert "GptOssForCausalLM needs o200k_base.tiktoken (sha256 446a9538" in caught.value.message
+    assert "encodings/o200k_base.tiktoken" in (caught.value.hint or "")
+    assert list(parent.iterdir()) == []

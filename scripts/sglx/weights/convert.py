@@ -40,6 +40,7 @@ from sglx.weights.dtypes import CODE_TO_PROFILE
 from sglx.weights.plan import OutputPlan, ShardPlan, plan_output
 from sglx.weights.policy import dtype_policy
 from sglx.weights.writer import write_shard
+from sglx_core import model_assets
 from sglx_core.errors import SglxError
 from sglx_core.profile.schema import Profile
 from sglx_core.report import Result, Table
@@ -375,6 +376,9 @@ def convert_weights(
             path=str(src / CONFIG_NAME),
         )
     policy, warnings = dtype_policy(profile, checkpoint.config)
+    # Files the model loads at start (gpt-oss's vocabulary): carried beside config.json, so an
+    # offline server finds them; refused here, before anything is written, when missing.
+    model_assets.require(profile, checkpoint.config, src)
     plan = plan_output(checkpoint, policy, max_shard_size)
     dtype_name = CODE_TO_PROFILE[policy.target.code]
     progress(

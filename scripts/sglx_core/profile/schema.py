@@ -619,6 +619,27 @@ class CheckpointRoute(_Strict):
     )
 
 
+class ModelAssets(_Strict):
+    """Files a model of one architecture reads from outside its weights when it starts, which
+    nothing may download in an air-gapped site: they must lie beside config.json."""
+
+    files: dict[
+        Annotated[str, StringConstraints(strict=True, pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")],
+        Annotated[str, StringConstraints(strict=True, pattern=r"^[0-9a-f]{64}$")],
+    ] = Field(description="File name -> its sha256 (hex), each from its publisher's source.")
+    env: dict[EnvName, Annotated[str, StringConstraints(strict=True, min_length=1)]] = Field(
+        default_factory=dict,
+        description="Variables that point the model's loaders at the files; `{model}` stands "
+        "for the model's folder. A variable the server already has (docker run -e) is kept.",
+    )
+    source: Annotated[str, StringConstraints(strict=True, min_length=1)] = Field(
+        description="Where each file is published, for the operator who fetches it."
+    )
+    reason: Annotated[str, StringConstraints(strict=True, min_length=1)] = Field(
+        description="Why the model needs them, with its source."
+    )
+
+
 class Weights(_Strict):
     """How `sglx weights convert` stores weights for this arch, and where large ones live."""
 
@@ -644,6 +665,16 @@ class Weights(_Strict):
         description="By a checkpoint's config.json `quant_method`: the method sglang serves "
         "it as on this arch (e.g. ModelOpt NVFP4 through Petit on HIP). `sglx weights convert` "
         "holds that method, not the checkpoint's name for it, against the quantization rules.",
+    )
+    model_assets: dict[
+        Annotated[str, StringConstraints(strict=True, pattern=r"^[A-Za-z][A-Za-z0-9_]*$")],
+        ModelAssets,
+    ] = Field(
+        default_factory=dict,
+        description="By a config.json architecture: files the model loads at start from outside "
+        "its weights. `sglx weights convert` refuses a checkpoint without them (naming each "
+        "file, its sha256 and its source) and carries them; sglx-serve refuses to start such a "
+        "model without them and sets the variables that point at them.",
     )
 
 
