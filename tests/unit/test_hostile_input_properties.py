@@ -222,3 +222,47 @@ def test_an_entry_point_turns_an_unexpected_exception_into_bug_in_sglx_exit_2(
     assert error["code"] == "internal_error" and "bug in sglx" in error["hint"]
     assert error["message"] == "unexpected KeyError: 'boom'"
     assert os.environ.get("SGLX_DEBUG") is None
+
+
+# -- a model folder's config.json and the files it must carry (issue 40) ------------------------
+
+GPT_OSS_CONFIG = json.dumps(
+    {"architectures": ["GptOssForCausalLM"], "text_config": {"layer_types": ["sliding_attention"]}}
+)
+
+
+@settings(max_examples=80, deadline=None, database=None)
+@given(
+    config=st.text(max_size=300)
+    | st.builds(
+        lambda cut, junk: GPT_OSS_CONFIG[:cut] + junk,
+        st.integers(0, len(GPT_OSS_CONFIG)),
+        st.text(max_size=20),
+    ),
+    asset=st.sampled_from(["missing", "folder", "link", "file"]),
+    content=st.binary(max_size=200),
+)
+def test_a_model_folder_is_read_cleanly_whatever_it_holds(
+    config: str, asset: str, content: bytes
+) -> None:
+    """The plugin's config.json reader (rules' model facts) and the model-asset check never raise
+    on a folder's contents: facts are a dict, problems a list of lines."""
+    import tempfile
+
+    from sglx_core import model_assets
+    from sglx_core.profile import load_profile
+    from sglx_platform.model_config import model_facts, read_config
+
+    with tempfile.TemporaryDirectory() as name:
+        folder = Path(name)
+        (folder / "config.json").write_text(config)
+        target = folder / "o200k_base.tiktoken"
+        if asset == "folder":
+            target.mkdir()
+        elif asset == "link":
+            target.symlink_to("/dev/zero")
+        elif asset == "file":
+            target.write_bytes(content)
+        assert isinstance(model_facts(str(folder)), dict)
+        found = model_assets.problems(load_profile("cpu"), read_config(str(folder)), folder)
+        assert all(isinstance(line, str) for line in found)
