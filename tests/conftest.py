@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import child_env
+from helpers import child_env, kunlun_vendor
 from helpers.run_shared import clean_up
 
 from sglx.cli import main
@@ -18,6 +18,9 @@ REPO = Path(__file__).resolve().parents[1]
 # The engine fixtures (cpu base, wheelhouse, image and bundle: built once per run), and how
 # `make test` orders the run (alone or between xdist workers).
 pytest_plugins = ["helpers.engine_fixtures", "helpers.worker_schedule"]
+
+# The Kunlun base carries sglang-kunlun, whose platform sglx's Kunlun platform subclasses.
+kunlun_vendor.install()
 
 
 @pytest.fixture(scope="session")
@@ -39,6 +42,13 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """The process that started the run removes what its workers built (run_shared.py)."""
     clean_up(session.config)
+
+
+@pytest.fixture(autouse=True)
+def _sglang_choices_kept() -> Iterator[None]:
+    """A Kunlun platform resolved in one test leaves no attention-backend choice to the next."""
+    with kunlun_vendor.sglang_choices_kept():
+        yield
 
 
 @pytest.fixture(autouse=True)

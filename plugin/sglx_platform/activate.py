@@ -13,10 +13,12 @@ import logging
 import os
 
 from sglx_core.errors import SglxError
+from sglx_core.profile import Profile
 from sglx_core.profile.schema import DeviceNode
 from sglx_platform.baked import PROFILE_ENV, baked_profile, profile_path
 from sglx_platform.failures import FailureClass, PlatformError
 from sglx_platform.probe import PROBE_ROOT_ENV, ProbeResult, probe
+from sglx_platform.vendor import missing
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +52,7 @@ def activate() -> str | None:
         ) from None
     found = probe(profile)
     if found.present:
+        _require_vendor(profile)
         logger.info(
             "sglx: %s platform for %s (%s)",
             profile.platform.family,
@@ -65,6 +68,20 @@ def activate() -> str | None:
         )
     logger.debug("sglx: %s hardware not found: %s", profile.arch, found.reason)
     return None
+
+
+def _require_vendor(profile: Profile) -> None:
+    """The vendor platform the family's class subclasses must be importable before sglang
+    imports that class; its absence is named, never an ImportError in sglang's log."""
+    vendor = profile.platform.vendor
+    why = missing(vendor) if vendor else None
+    if vendor and why:
+        raise PlatformError(
+            FailureClass.PLUGIN_NOT_FOUND,
+            f"the {profile.arch} platform stands on {vendor.distribution}'s, but {why}",
+            f"build the image on a base that carries {vendor.distribution} (base.provides; "
+            "sglx base load)",
+        )
 
 
 def _missing_device_fix(arch: str, found: ProbeResult, nodes: tuple[DeviceNode, ...]) -> str:

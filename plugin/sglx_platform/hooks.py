@@ -11,7 +11,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from sglx_platform import ops, profiling
+from sglx_platform import ops, profiling, vendor
 from sglx_platform.baked import profile_path
 from sglx_platform.consistency import check_ranks
 from sglx_platform.device_init import init_device
@@ -34,6 +34,8 @@ def register() -> None:
     if not isinstance(platform, SglxPlatformMixin):
         return
     profile = platform.sglx_profile
+    if profile.platform.vendor is not None:
+        vendor.run_general_plugins(profile.platform.vendor)
     HookRegistry.register(PARALLEL_RUNTIME, _parallel_runtime, HookType.AROUND)
     ops.register(profile)
     if profile.kernels.serve and not platform.is_out_of_tree():

@@ -46,6 +46,7 @@ from helpers.engine_fixtures import (
     sglx_json,
 )
 from helpers.images_copy import copy_images, edit_yaml, lock_from_wheelhouse
+from helpers.kunlun_vendor import STAND_IN as KUNLUN_VENDOR
 from helpers.rocm_base import ROCM_LIBS, SITE_PACKAGES, VENV, Layout, rocm_layout
 from helpers.run_shared import Made, once
 from sglx.engine import docker_client
@@ -345,9 +346,14 @@ def fixture_context(folder: Path, family: str) -> Path:
         for soname in XRE_LIBS:
             shared_library(libs / "xre", soname, "int fixture_xre(void) { return 0; }\n")
         shared_library(libs / "xccl", "libbkcl.so", "int fixture_bkcl(void) { return 0; }\n")
+        # sglang-kunlun, which the Kunlun base carries and sglx's platform subclasses: the
+        # tests' stand-in, installed where the base's Python finds it.
+        for part in ("sglang_kunlun", "sglang_kunlun-0.1.0.dist-info"):
+            shutil.copytree(KUNLUN_VENDOR / part, files / "sglang-kunlun" / part)
         layout = [
             "COPY libs/xre/ /usr/local/xre/so/",
             "COPY libs/xccl/ /usr/local/xccl/so/",
+            "COPY files/sglang-kunlun/ /usr/local/lib/python3.11/dist-packages/",
             "RUN ln -s libxpucuda.so /usr/local/xre/so/libcuda.so.1",
         ]
     folder.mkdir(parents=True, exist_ok=True)

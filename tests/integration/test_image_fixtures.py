@@ -28,6 +28,7 @@ from helpers.engine_fixtures import remove_images
 from helpers.vendor_images import FIXTURE_ARCHES, build_fixture_images, release
 
 from sglx.cli import main
+from sglx_core.profile import load_profile
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -112,6 +113,8 @@ def test_vendor_container_preflight_reports_the_missing_device(
     assert required and all(c["class"] == "device_init_failed" for c in required)
     libraries = [c for name, c in checks.items() if name.startswith("library ")]
     assert libraries and all(c["status"] == "pass" for c in libraries)  # fixture libs load
+    if load_profile(arch).platform.vendor is not None:  # sglang-kunlun, as the base carries it
+        assert checks["vendor_platform"]["status"] == "pass", checks["vendor_platform"]
 
 
 def test_vendor_entrypoint_stops_before_serving_without_the_device(

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers.devices import make_kfd_host
+from helpers.platforms import KFD_VERSIONS, apply
 from helpers.profiles import bake
 
 from sglx.weights.policy import dtype_policy
@@ -26,8 +26,7 @@ from sglx_platform.model_config import model_facts
 from sglx_platform.platforms.base import server_arg_defaults
 from sglx_platform.server_args import unknown_fields
 
-HOSTS = {"gfx942": [90402], "gfx950": [90500], "gfx1151": [110501]}
-AMD = tuple(HOSTS)
+AMD = tuple(KFD_VERSIONS)
 NO_ROCM_KERNELS = ("awq_marlin", "gptq_marlin", "modelopt", "modelopt_fp4", "modelopt_fp8", "gguf")
 
 
@@ -58,33 +57,6 @@ def narrow_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def wide_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_model(tmp_path_factory.mktemp("wide") / "model", head_dim=512)
-
-
-def apply(
-    arch: str, argv: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, model: Path
-) -> Any:
-    """Parse `argv` with sglang's parser and run the sglx platform hook the way sglang's
-    resolution does (test_plugin_server_args.py); the resolved view of the fields."""
-    from sglang.srt.arg_groups.arg_utils import record_fields
-    from sglang.srt.arg_groups.overrides import record_foreign_defaults, resolving_view
-    from sglang.srt.platforms import _resolve_platform
-    from sglang.srt.server_args import prepare_server_args
-
-    root = tmp_path / f"host-{arch}"
-    baked = tmp_path / arch / "arch.yaml"
-    if not root.exists():
-        root.mkdir()
-        make_kfd_host(root, HOSTS[arch])
-    if not baked.exists():
-        bake(arch, baked)
-    monkeypatch.setenv("SGLX_PROBE_ROOT", str(root))
-    monkeypatch.setenv("SGLX_PROFILE", str(baked))
-    monkeypatch.setenv("SGLANG_PLATFORM", "sglx")
-    platform = _resolve_platform()
-    args = prepare_server_args(["--model-path", str(model), *argv])
-    args._raw_input = {f.name: getattr(args, f.name) for f in record_fields(type(args))}
-    record_foreign_defaults(args, f"platform:{arch}", platform.apply_server_args_defaults)
-    return resolving_view(args)
 
 
 def refused(

@@ -7,10 +7,9 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
-from helpers.devices import make_kfd_host, make_kunlun_host
+from helpers.platforms import apply, platform_for
 from helpers.profiles import bake
 
 from sglx_core.profile import known_arches, load_profile
@@ -18,44 +17,12 @@ from sglx_platform.failures import FailureClass, PlatformError
 from sglx_platform.platforms.base import server_arg_defaults
 from sglx_platform.server_args import unknown_fields
 
-HOSTS = {"gfx942": [90402], "gfx950": [90500], "gfx1151": [110501]}
-
 
 @pytest.fixture(scope="module")
 def demo_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from sglx.demo_model import make_demo_model
 
     return make_demo_model(tmp_path_factory.mktemp("model") / "demo")
-
-
-def platform_for(arch: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
-    root = tmp_path / f"host-{arch}"
-    if not root.exists():
-        root.mkdir()
-        if arch in HOSTS:
-            make_kfd_host(root, HOSTS[arch])
-        elif arch == "kunlun":
-            make_kunlun_host(root, cards=1)
-    monkeypatch.setenv("SGLX_PROBE_ROOT", str(root))
-    monkeypatch.setenv("SGLX_PROFILE", str(bake(arch, tmp_path / arch / "arch.yaml")))
-    monkeypatch.setenv("SGLANG_PLATFORM", "sglx")
-    from sglang.srt.platforms import _resolve_platform
-
-    return _resolve_platform()
-
-
-def apply(
-    arch: str, argv: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, model: Path
-) -> Any:
-    from sglang.srt.arg_groups.arg_utils import record_fields
-    from sglang.srt.arg_groups.overrides import record_foreign_defaults, resolving_view
-    from sglang.srt.server_args import prepare_server_args
-
-    platform = platform_for(arch, tmp_path, monkeypatch)
-    args = prepare_server_args(["--model-path", str(model), *argv])
-    args._raw_input = {f.name: getattr(args, f.name) for f in record_fields(type(args))}
-    record_foreign_defaults(args, f"platform:{arch}", platform.apply_server_args_defaults)
-    return resolving_view(args)
 
 
 def test_every_profile_names_real_server_args_fields() -> None:

@@ -67,9 +67,11 @@ class SglxPlatformMixin:
     def apply_server_args_defaults(self, server_args: Any) -> None:
         """Called once while sglang resolves ServerArgs, before memory settings.
 
-        Writes the profile's defaults for fields the user left unset, then refuses values the
-        arch cannot serve, naming the reason and what to use instead.
+        The platform sglx stands on applies its own defaults first (sglang-kunlun's page size,
+        for one). Then sglx writes the profile's defaults for fields the user left unset, and
+        refuses values the arch cannot serve, naming the reason and what to use instead.
         """
+        super().apply_server_args_defaults(server_args)  # type: ignore[misc]
         profile = self.sglx_profile
         defaults = server_arg_defaults()
         unknown = unknown_fields(profile, set(defaults))
@@ -109,11 +111,13 @@ class SglxPlatformMixin:
     # ------------------------------------------------------------------
 
     def get_default_attention_backend(self) -> str:
-        """Consulted for out-of-tree platforms when --attention-backend is unset."""
+        """Consulted for out-of-tree platforms when --attention-backend is unset: the profile's
+        default, else the answer of the platform sglx stands on."""
         backend = self.sglx_profile.server.defaults.get("attention_backend")
-        if not isinstance(backend, str):
-            raise NotImplementedError(f"{self.sglx_profile.arch}: no default attention backend")
-        return backend
+        if isinstance(backend, str):
+            return backend
+        inherited: str = super().get_default_attention_backend()  # type: ignore[misc]
+        return inherited
 
     # ------------------------------------------------------------------
     # Speculative decoding

@@ -1,30 +1,24 @@
-"""Kunlunxin P800 XPUs, which xpytorch (torch_xmlir) presents to torch as 'cuda' devices."""
+"""Kunlunxin P800 XPUs on sglang-kunlun's own platform, which sglx extends."""
 
 from __future__ import annotations
 
-import torch
-from sglang.srt.platforms.cuda import CudaDeviceMixin
-from sglang.srt.platforms.device_mixin import PlatformEnum
-from sglang.srt.platforms.interface import SRTPlatform
+from sglang_kunlun.platform.srt import KunlunSRTPlatform
 
 from sglx_platform.platforms.base import SglxPlatformMixin
 
 
-class SglxKunlunPlatform(SglxPlatformMixin, CudaDeviceMixin, SRTPlatform):
-    """Out-of-tree: the XPU answers through torch.cuda, but none of CUDA's kernels run on it.
+class SglxKunlunPlatform(SglxPlatformMixin, KunlunSRTPlatform):
+    """A subclass of sglang-kunlun's platform (baidu-baige/sglang-kunlun,
+    sglang_kunlun/platform/srt.py), which the base image carries (profile: platform.vendor).
 
-    Device operations are CUDA's (torch_xmlir rewrites torch.cuda onto the XPU runtime);
-    capabilities stay off (no Triton, no graph capture, no pynccl: ncclCommInitRank aborts on
-    Kunlun), and collectives use the 'nccl' backend name, which BKCL serves.
+    The vendor's class owns the device: xpytorch presents the XPU as 'cuda', and its platform
+    gives the Kunlun KV pools, paged allocator, the 'kunlun' attention backends it adds to
+    sglang's choices, and the compressed-tensors config; its __init__ runs the vendor's
+    pre-shim. sglx adds only what the profile says: capabilities off (no Triton, no graph
+    capture, no pynccl: ncclCommInitRank aborts on Kunlun), server-argument defaults and
+    refusals. The vendor's general plugin (its hooks) is run by sglx's own (hooks.py).
     """
-
-    _enum = PlatformEnum.OOT
-    device_name = "kunlun"
 
     def __init__(self) -> None:
         super().__init__()
         self._sglx_setup()
-
-    def get_group_coordinator_device(self, local_rank: int) -> torch.device:
-        """Bind each rank's group coordinator to its own card (the default would be CPU)."""
-        return torch.device("cuda", local_rank)

@@ -10,6 +10,7 @@ from sglx_core.profile import Profile
 from sglx_platform.baked import PROFILE_ENV, baked_profile, profile_path
 from sglx_platform.failures import FailureClass
 from sglx_platform.preflight.checks import Check, failed
+from sglx_platform.vendor import general_plugins, missing
 
 
 def check_profile(checks: list[Check]) -> Profile | None:
@@ -84,3 +85,32 @@ def check_plugin(profile: Profile, checks: list[Check]) -> None:
         )
     else:
         checks.append(Check("plugin", "pass", f"sglang.srt.platforms:{name} -> {platforms[name]}"))
+    check_vendor(profile, checks)
+
+
+def check_vendor(profile: Profile, checks: list[Check]) -> None:
+    """The vendor platform the sglx platform subclasses is installed, with the general plugins
+    that sglx runs for it (sglang skips them while SGLANG_PLATFORM selects sglx)."""
+    vendor = profile.platform.vendor
+    if vendor is None:
+        return
+    why = missing(vendor)
+    if why:
+        checks.append(
+            failed(
+                "vendor_platform",
+                why,
+                FailureClass.PLUGIN_NOT_FOUND,
+                f"build the image on a base that carries {vendor.distribution} (base.provides)",
+            )
+        )
+        return
+    plugins = general_plugins(vendor)
+    checks.append(
+        Check(
+            "vendor_platform",
+            "pass",
+            f"{vendor.distribution}'s '{vendor.entry_point}' platform, extended by sglx; its "
+            f"general plugins, run by sglx: {', '.join(plugins) or 'none'}",
+        )
+    )

@@ -71,12 +71,32 @@ class Capabilities(_Strict):
     )
 
 
+class VendorPlatform(_Strict):
+    """The vendor's own sglang platform package that the sglx platform stands on."""
+
+    distribution: Name = Field(
+        description="The vendor's Python distribution (e.g. sglang-kunlun), carried by the base."
+    )
+    entry_point: Name = Field(
+        description="Its own name under sglang's `sglang.srt.platforms` group. SGLANG_PLATFORM "
+        "selects sglx, so sglang skips this distribution's general plugins "
+        "(`sglang.srt.plugins`); sglx's own general plugin runs them instead."
+    )
+    source: Text = Field(description="Where the vendor package and its entry points are defined.")
+
+
 class Platform(_Strict):
     """How the sglx SGLang plugin presents this arch to sglang."""
 
     family: Literal["cpu", "rocm", "kunlun"] = Field(
         description="Which sglx platform class serves the arch: cpu (out-of-tree CPU platform), "
-        "rocm (subclass of sglang's in-tree ROCm platform), kunlun (out-of-tree XPU platform)."
+        "rocm (subclass of sglang's in-tree ROCm platform), kunlun (subclass of sglang-kunlun's "
+        "out-of-tree platform, `vendor`)."
+    )
+    vendor: VendorPlatform | None = Field(
+        default=None,
+        description="The vendor platform package the family's class subclasses, when it is not "
+        "in sglang itself: activation and preflight require it, and its general plugins run.",
     )
     entry_point: Name = Field(
         description="Name under sglang's `sglang.srt.platforms` entry-point group; images set "

@@ -1,0 +1,5 @@
+"""Stand-in of the vendor's attention backend module (the class, by name)."""
+
+
+class KunlunAttentionBackend:
+    pass
