@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from helpers import child_env, kunlun_vendor
-from helpers.run_shared import clean_up
+from helpers.run_shared import build_times, clean_up
 
 from sglx.cli import main
 
@@ -37,6 +37,15 @@ def run_id(testrun_uid: str) -> str:
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     child_env.freeze(session.config)
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    """What the run built once, and when: the shared builds are most of a run's CPU."""
+    lines = build_times(config)
+    if lines and not hasattr(config, "workerinput"):
+        terminalreporter.section("built once in this run")
+        for line in lines:
+            terminalreporter.write_line(line)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

@@ -21,6 +21,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,18 +62,38 @@ def once(config: pytest.Config, name: str, make: Callable[[], Made]) -> Any:
     record = folder / f"{name}.json"
     with FileLock(str(record) + ".lock"):
         if not record.exists():
+            started = time.time()
             try:
                 made = make()
             except BaseException as error:  # pytest's Failed is a BaseException
                 _write(record, {"ok": False, "error": f"{type(error).__name__}: {error}"})
                 raise
             _write(record, {"ok": True, "value": made.value, "images": made.images,
-                            "paths": made.paths})  # fmt: skip
+                            "paths": made.paths, "started": started,
+                            "seconds": time.time() - started})  # fmt: skip
             return made.value
         data = json.loads(record.read_text())
     if not data["ok"]:
         pytest.fail(f"{name} failed to build earlier in this run: {data['error']}", pytrace=False)
     return data["value"]
+
+
+def build_times(config: pytest.Config) -> list[str]:
+    """One line per resource this run built once, in the order they started: its name, when
+    it started (seconds after the first), and how long its build took, waits on the other
+    builds it needed included."""
+    records = []
+    for path in shared_folder(config).glob("*.json"):
+        data = json.loads(path.read_text()) if path.name != ENGINE_BEFORE else {}
+        if "seconds" in data:
+            records.append((data["started"], path.stem, data["seconds"]))
+    if not records:
+        return []
+    first = min(started for started, _, _ in records)
+    return [
+        f"{name:<24} started at {started - first:6.0f} s, took {seconds:6.0f} s"
+        for started, name, seconds in sorted(records)
+    ]
 
 
 def note_engine_images(config: pytest.Config, client: Any) -> None:
