@@ -178,7 +178,8 @@ def render_text(text: str, variables: dict[str, Any]) -> str:
 # --------------------------------------------------------------------------------------------
 
 
-def via_unit(arch: str) -> dict[str, Any]:
+def unit_variables(arch: str) -> dict[str, Any]:
+    """The role's variables for `arch`'s unit, rendered as Ansible would."""
     profile = load_profile(arch)
     variables: dict[str, Any] = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
     variables.update(render_vars(profile))
@@ -205,6 +206,12 @@ def via_unit(arch: str) -> dict[str, Any]:
         sglang_service_jit_cache_root=jit_root(),
     )
     render_role_vars(variables)
+    return variables
+
+
+def via_unit(arch: str) -> dict[str, Any]:
+    variables = unit_variables(arch)
+    spec = run_spec(load_profile(arch))
     unit = render("server.service.j2", variables)
     files = {"/etc/sglx/sglx-server.env": env_file(render("server.env.j2", variables))}
     words = unit_words(unit)
@@ -511,3 +518,16 @@ def test_the_server_runs_with_no_added_privilege(arch: str) -> None:
     ptrace adds them for that host."""
     options = expected(run_spec(load_profile(arch)))["options"]
     assert not {"--cap-add", "--security-opt", "--privileged"} & set(options), options
+
+
+def test_the_planned_restart_is_off_unless_the_site_sets_it() -> None:
+    """Seed 000's fragmentation policy (S0-51): off by default; set, systemd stops the server
+    after that many seconds (RuntimeMaxSec=, a failure that Restart=on-failure restarts) plus a
+    random spread per host."""
+    variables = unit_variables("cpu")
+    unit = render("server.service.j2", variables)
+    assert "RuntimeMaxSec" not in unit and "RuntimeRandomizedExtraSec" not in unit
+    variables.update(sglang_service_max_runtime=86400, sglang_service_max_runtime_spread=1800)
+    unit = render("server.service.j2", variables)
+    assert "\nRestart=on-failure\n" in unit
+    assert "\nRuntimeMaxSec=86400\nRuntimeRandomizedExtraSec=1800\n" in unit
