@@ -224,3 +224,35 @@ def test_bad_arguments_are_refused_naming_the_flag(
     with pytest.raises(SglxError, match=message) as caught:
         run(shape("llama-3.1-8b"), **overrides)
     assert caught.value.hint
+
+
+def test_decode_context_parallelism_splits_a_replicated_kv_cache_where_the_arch_serves_it() -> None:
+    """Seed 000's sequence-parallel advice (S0-47) as sglang 0.5.23 has it: --dcp-size D makes
+    the D ranks of a TP group split the KV cache's tokens. MLA's latent is on every rank, so
+    DeepSeek-V2 at TP 8 gets D times the tokens; the smallest D that fits is named, and its
+    numbers hold when evaluated again."""
+    model = shape("deepseek-v2")
+    off = run(model, tp=8, concurrency=32)
+    assert not off.fits and not any("--dcp-size" in fix for fix in off.fixes)
+    on = run(model, tp=8, concurrency=32, dcp_allowed=True)
+    (fix,) = [fix for fix in on.fixes if "--dcp-size" in fix]
+    assert fix.startswith("Use --dcp-size 4 with --tp 8 (decode context parallelism")
+    assert f"room for {4 * off.tokens_fit:,} tokens, enough for the 4,194,304 needed" in fix
+    order = [fix.split(" ", 2)[1] for fix in on.fixes]
+    assert order.index("--dcp-size") == order.index("--context-length") + 1  # before FP8 KV
+    # Beyond what any D holds, the largest D is named with what it still lacks.
+    short = run(model, tp=8, concurrency=256, dcp_allowed=True)
+    (fix,) = [fix for fix in short.fixes if "--dcp-size" in fix]
+    assert fix.startswith("Use --dcp-size 8 ") and "still short of" in fix
+
+
+def test_decode_context_parallelism_is_no_fix_where_tp_already_splits_the_kv_heads() -> None:
+    """Llama-3.1-70B has 8 KV heads: at TP 8 each rank holds its own, nothing is replicated, so
+    a DCP group would hold more heads per rank for fewer tokens: no gain, no fix."""
+    result = run(shape("llama-3.1-70b"), tp=8, concurrency=64, dcp_allowed=True)
+    assert not result.fits
+    assert not any("--dcp-size" in fix for fix in result.fixes), result.fixes
+    # Two KV heads at TP 4 are replicated twice: DCP 2 halves a rank's share.
+    qwen = run(shape("qwen2.5-0.5b"), tp=4, memory_bytes=2 * GIB, concurrency=8,
+               dcp_allowed=True)  # fmt: skip
+    assert any(fix.startswith("Use --dcp-size 2 with --tp 4") for fix in qwen.fixes), qwen.fixes

@@ -119,3 +119,21 @@ def test_long_context_cut_is_budgeted() -> None:
     assert long.mem_fraction == pytest.approx(0.8 * 0.85)
     assert short.mem_fraction == pytest.approx(0.8)
     assert honoured.mem_fraction == pytest.approx(0.8)
+
+
+def test_decode_context_parallelism_is_offered_where_the_profile_says_sglang_serves_it() -> None:
+    """CDNA's profiles name the attention backends whose 0.5.23 code has the DCP path (aiter,
+    triton); the same long-context refusal on the cpu profile's torch_native offers no
+    --dcp-size."""
+    shape = model_from_config(model_configs.config("deepseek-v2"))
+    profile = load_profile("gfx942")
+    chosen = choose(profile, MI300X_8, shape)
+    argv = ["--tp", "8", "--context-length", "2000000"]  # 1.1 M tokens fit at TP 8
+    capacity = resolve(profile, chosen, argv, {}, shape, MI300X_8).capacity
+    assert capacity is not None and not capacity.fits
+    assert any(f.startswith("Use --dcp-size ") for f in capacity.fixes), capacity.fixes
+    forced = resolve(profile, chosen, [*argv, "--attention-backend", "wave"], {}, shape, MI300X_8)
+    assert forced.capacity is not None
+    assert not any("--dcp-size" in f for f in forced.capacity.fixes)
+    assert load_profile("cpu").serving.decode_context_parallel is None
+    assert load_profile("kunlun").serving.decode_context_parallel is None

@@ -1355,6 +1355,17 @@ class LongContextFraction(_Strict):
     source: Text = Field(description="Where sglang does this (PR, file).")
 
 
+class DecodeContextParallel(_Strict):
+    """sglang's decode context parallelism (`--dcp-size`) on this arch, which the capacity
+    check offers as a fix for a context that does not fit."""
+
+    attention_backends: tuple[Name, ...] = Field(
+        min_length=1,
+        description="Attention backends that serve it here (an unset backend counts as the first).",
+    )
+    source: Text = Field(description="Where sglang supports it on this platform (file, PR).")
+
+
 class Serving(_Strict):
     """Accelerator models of the arch and the serving profiles `sglx-serve` chooses from."""
 
@@ -1376,6 +1387,11 @@ class Serving(_Strict):
     )
     long_context_fraction: LongContextFraction | None = Field(
         default=None, description="sglang's own cut of the memory fraction at long contexts."
+    )
+    decode_context_parallel: DecodeContextParallel | None = Field(
+        default=None,
+        description="Where sglang splits the KV cache's tokens across the ranks of a TP group "
+        "(`--dcp-size`); null = the capacity check never offers it.",
     )
 
     @model_validator(mode="after")

@@ -109,6 +109,7 @@ def check(
     concurrency: int,
     devices_available: int,
     fp8_kv_allowed: bool,
+    dcp_allowed: bool = False,
 ) -> Capacity:
     """Whether `shape` at `tp` holds `concurrency` full contexts on devices of `memory_bytes`;
     when not, `fixes` says what would, each a sentence with its numbers."""
@@ -128,6 +129,8 @@ def check(
         _larger_tp(base, shape, devices_available, page_size),
         _shorter_context(base, page_size),
     ]
+    if dcp_allowed:
+        fixes.append(_decode_context_parallel(base, shape, page_size))
     if fp8_kv_allowed and kv_name not in FP8_KV and base.tokens_fit > 0:
         fixes.append(_fp8_kv(base, shape, page_size))
     if shape.quantization is None and SERVED_BYTES[shape.dtype] == 2:
@@ -183,9 +186,12 @@ def _evaluate(
     context_length: int,
     concurrency: int,
     weight_bytes: int | None = None,
+    dcp: int = 1,
 ) -> Capacity:
     weights = -(-(shape.weight_bytes if weight_bytes is None else weight_bytes) // tp)
-    per_token = kv_bytes_per_token(shape, tp, kv_dtype)
+    # Decode context parallelism: the `dcp` ranks of a group hold the heads of TP tp/dcp and
+    # split the tokens (sglang's ModelConfig.get_num_kv_heads(tp, dcp)).
+    per_token = -(-kv_bytes_per_token(shape, tp // dcp, kv_dtype) // dcp)
     kept = reserve(memory_bytes)
     usable = int(memory_bytes * mem_fraction) - weights - kept
     tokens_fit = max(0, usable // per_token)
@@ -215,6 +221,7 @@ def _again(
     tp: int | None = None,
     kv_dtype: str | None = None,
     weight_bytes: int | None = None,
+    dcp: int = 1,
 ) -> Capacity:
     """`base` evaluated again with one thing changed (no fixes)."""
     return _evaluate(
@@ -227,6 +234,7 @@ def _again(
         base.context_length,
         base.concurrency,
         weight_bytes,
+        dcp,
     )
 
 
@@ -266,6 +274,33 @@ def _shorter_context(base: Capacity, page_size: int) -> str:
         f"Use --context-length {context}: {_requests(base.concurrency)} of that length "
         f"{'needs' if base.concurrency == 1 else 'need'} {context * base.concurrency:,} of "
         f"the {base.tokens_fit:,} tokens of KV cache left at --tp {base.tp}."
+    )
+
+
+def _decode_context_parallel(base: Capacity, shape: ModelShape, page_size: int) -> str:
+    """`--dcp-size D` (D divides --tp): the D ranks of a group split the KV cache's tokens. It
+    pays where TP replicates the KV heads (fewer KV heads than --tp, or MLA's one latent); the
+    smallest D that fits, else the one that holds the most."""
+    best: tuple[int, Capacity] | None = None
+    dcp = 2
+    while dcp <= base.tp:
+        if base.tp % dcp == 0:
+            at = _again(base, shape, page_size, dcp=dcp)
+            if at.tokens_fit > (best[1] if best else base).tokens_fit:
+                best = (dcp, at)
+                if at.fits:
+                    break
+        dcp *= 2
+    if best is None:
+        return ""
+    dcp, at = best
+    outcome = "enough for" if at.fits else "still short of"
+    return (
+        f"Use --dcp-size {dcp} with --tp {base.tp} (decode context parallelism: the {dcp} ranks "
+        f"of each group hold the same KV heads and split the tokens): "
+        f"{_kib(at.kv_bytes_per_token)} KiB per token per device instead of "
+        f"{_kib(base.kv_bytes_per_token)} KiB, room for {at.tokens_fit:,} tokens, {outcome} the "
+        f"{at.tokens_needed:,} needed."
     )
 
 

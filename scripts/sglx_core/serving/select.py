@@ -116,9 +116,9 @@ def capacity_for(
         user and "mem_fraction_static" in user
     ):
         fraction = profile.serving.capacity_fraction
+    backend = setting(profile, serving, "attention_backend", user)
     cut = profile.serving.long_context_fraction
     if cut is not None and context is not None and context > cut.above_context:
-        backend = setting(profile, serving, "attention_backend", user)
         honoured = cut.unless_env is not None and (environ or {}).get(cut.unless_env) == "1"
         if (backend is None or backend in cut.attention_backends) and not honoured:
             fraction *= cut.factor
@@ -133,6 +133,7 @@ def capacity_for(
         concurrency=serving.concurrency,
         devices_available=hw.count,
         fp8_kv_allowed=fp8_kv_allowed(profile),
+        dcp_allowed=_dcp_serves(profile, backend),
     )
 
 
@@ -284,3 +285,10 @@ def choose(
         hint=hint,
         code="no_serving_profile",
     )
+
+
+def _dcp_serves(profile: Profile, backend: Any) -> bool:
+    """Whether sglang's decode context parallelism serves this arch with this attention
+    backend (an unset backend counts as the profile's first)."""
+    dcp = profile.serving.decode_context_parallel
+    return dcp is not None and (backend is None or backend in dcp.attention_backends)
