@@ -103,3 +103,31 @@ def test_fallback_profile_reports_which_implementation_ran(
         if op in {"RMSNorm", "SiluAndMul", "RotaryEmbedding"}
     )
     assert any(r["flagged"] for r in reports)
+
+
+def test_a_served_request_is_profiled_through_sglangs_own_endpoints(
+    served: tuple[str, Path, Path], tmp_path: Path
+) -> None:
+    """docs/reference/profiling.md's procedure, as it runs on the cpu reference: POST
+    /start_profile with an output folder and a step count, send the request, and sglang's torch
+    profiler writes a trace of those steps there and stops by itself."""
+    import gzip
+
+    base, model, _ = served
+    folder = tmp_path / "profiles"
+    folder.mkdir()
+    body = {"output_dir": str(folder), "num_steps": 3, "activities": ["CPU"],
+            "profile_prefix": "sglx-doc"}  # fmt: skip
+    status, _ = http(f"{base}/start_profile", body)
+    assert status == 200
+    http(f"{base}/v1/completions", {"model": str(model), "prompt": "profile", "max_tokens": 8})
+    deadline = time.monotonic() + 60
+    events: list[dict] = []
+    while time.monotonic() < deadline and not events:
+        time.sleep(1)
+        try:  # the trace is whole once it reads back (the scheduler writes it in place)
+            (trace,) = folder.glob("sglx-doc*.trace.json.gz")
+            events = json.loads(gzip.decompress(trace.read_bytes()))["traceEvents"]
+        except (ValueError, OSError, EOFError):
+            continue
+    assert any(e.get("cat") == "cpu_op" for e in events), (len(events), list(folder.iterdir()))
