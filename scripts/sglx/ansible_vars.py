@@ -130,6 +130,10 @@ def render_vars(profile: Profile) -> dict[str, Any]:
         "sglang_service_lock_dir": lock_dir_vars(profile),
         "sglang_service_env_forbidden": sorted(profile.env_forbidden),
         "sglang_service_collective": collective_vars(profile),
+        # The values only; their sources stay in the profile.
+        "sglang_service_comm_debug_env": {
+            name: var.value for name, var in sorted(profile.comm_debug.items())
+        },
     }
 
 

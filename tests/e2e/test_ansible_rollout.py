@@ -840,6 +840,36 @@ def test_a_serving_group_whose_node_never_joins_the_collective_is_rolled_back(
         raise
 
 
+def test_a_serving_groups_communication_is_logged_for_one_restart(fleet: Fleet) -> None:
+    """Seed 000's first step for a multi-card hang (issue 40 item 10): comm-debug.yml restarts
+    the `pair` group's nodes together with the profile's comm_debug variables, fetches each
+    node's log since that start to the control node (c10d's INFO log at DETAIL in it), and restarts them
+    as they were: the environment file byte for byte, and acceptance passes, the running
+    server's environment included."""
+    import tarfile
+
+    a = fleet.hosts[0]
+    dest = fleet.work / "comm-debug"
+    env_file = "cat /etc/sglx/sglx-server.env"
+    before = {host.name: host.exec(env_file) for host in fleet.hosts}
+    code, out = fleet.play(fleet.inventories["pair"], "comm-debug.yml",
+                           "-e", f"sglang_service_comm_debug_dest={dest}")  # fmt: skip
+    assert code == 0, out
+    for host in fleet.hosts:
+        assert (f"{host.name}: answered /health with TORCH_CPP_LOG_LEVEL, "
+                "TORCH_DISTRIBUTED_DEBUG; its log:") in out, out  # fmt: skip
+        (archive,) = dest.glob(f"{host.name}-*.tar.gz")
+        with tarfile.open(archive) as tar:
+            member = tar.extractfile("server.log")
+            assert member is not None
+            log = member.read().decode(errors="replace")
+        assert "[c10d] The debug level is set to DETAIL." in log, log[-3000:]
+        assert host.exec(env_file) == before[host.name]
+    assert served(fleet, a)
+    code, report = fleet.check("pair-after-comm-debug", fleet.inventories["pair"], "acceptance")
+    assert code == 0, report
+
+
 def test_a_serving_groups_hand_changed_node_is_named(fleet: Fleet) -> None:
     """The `pair` group serving: host-b's server flag is changed by hand, the nodes' rank check
     refuses to start the group, and acceptance names host-b and the flag."""

@@ -281,3 +281,18 @@ def test_a_module_fallback_needs_the_version_file_it_stands_in_for(images: Path)
     edit_yaml(path, {"host": {"driver": {"version_file": None}}})
     (issue,) = issues_of(path)
     assert "module 'amdgpu' is read only when version_file is absent: set version_file" in issue
+
+
+def test_each_family_debugs_its_own_collective_library() -> None:
+    """comm_debug (ansible comm-debug.yml): torch.distributed's switches everywhere, RCCL's log
+    and torch's flight recorder on ROCm, BKCL's log on Kunlun; each variable with its source,
+    and none the profile forbids."""
+    families = {"cpu": set(), "gfx942": {"NCCL_DEBUG", "TORCH_NCCL_TRACE_BUFFER_SIZE"},
+                "gfx1151": {"NCCL_DEBUG"}, "kunlun": {"BKCL_DEBUG"}}  # fmt: skip
+    for arch, own in families.items():
+        profile = load_profile(arch)
+        names = set(profile.comm_debug)
+        assert {"TORCH_DISTRIBUTED_DEBUG", "TORCH_CPP_LOG_LEVEL"} | own <= names, arch
+        assert not names & set(profile.env_forbidden), arch
+        assert all(var.source for var in profile.comm_debug.values()), arch
+    assert "NCCL_DEBUG" not in load_profile("kunlun").comm_debug  # BKCL is not RCCL

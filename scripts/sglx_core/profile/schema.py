@@ -1406,6 +1406,13 @@ class Serving(_Strict):
         return self
 
 
+class CommDebugVar(_Strict):
+    """One variable of the communication-debugging restart (comm-debug.yml)."""
+
+    value: Annotated[str, StringConstraints(strict=True)] = Field(description="Its value.")
+    source: Text = Field(description="What it turns on, and where that is documented.")
+
+
 class Profile(_Strict):
     """One architecture, fully resolved."""
 
@@ -1425,6 +1432,12 @@ class Profile(_Strict):
     )
     env_forbidden: dict[EnvName, Text] = Field(
         default_factory=dict, description="Variables that must not be set, with the reason."
+    )
+    comm_debug: dict[EnvName, CommDebugVar] = Field(
+        default_factory=dict,
+        description="Variables that make the arch's collective library and torch.distributed "
+        "log and trace each communication, for one restart of a server (ansible "
+        "comm-debug.yml: the first step for a multi-card hang); empty = no such switch.",
     )
     env_floors: dict[Name, EnvFloor] = Field(
         default_factory=dict,
@@ -1454,6 +1467,11 @@ class Profile(_Strict):
         clash = set(self.env) & set(self.env_forbidden)
         if clash:
             raise ValueError(f"{sorted(clash)} both set in 'env' and listed in 'env_forbidden'")
+        clash = set(self.comm_debug) & set(self.env_forbidden)
+        if clash:
+            raise ValueError(
+                f"{sorted(clash)} both set in 'comm_debug' and listed in 'env_forbidden'"
+            )
         if self.sglang.wheel == "base" and "sglang" not in self.base.provides:
             raise ValueError("sglang.wheel is 'base' but base.provides does not list sglang")
         expected_probe = {"cpu": "none", "rocm": "kfd", "kunlun": "kunlun"}[self.platform.family]
