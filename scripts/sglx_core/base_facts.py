@@ -88,6 +88,63 @@ def compare(profile: Profile, probe: dict[str, Any]) -> list[Fact]:
     return facts
 
 
+@dataclass(frozen=True)
+class VendorRelease:
+    """The vendor platform package the base carries, against the sglang its vendor runs it
+    with (profile: platform.vendor.sglang_validated). Never a refusal: a site may serve a pair
+    its vendor did not run, told so at build and in preflight."""
+
+    distribution: str
+    found: str | None
+    validated_with: str | None
+    sglang: str
+
+    @property
+    def validated(self) -> bool:
+        return self.found is not None and self.validated_with == self.sglang
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "distribution": self.distribution,
+            "found": self.found,
+            "validated_with": self.validated_with,
+            "sglang": self.sglang,
+            "validated": self.validated,
+        }
+
+    def message(self) -> str:
+        name, found, sglang = self.distribution, self.found, self.sglang
+        if found is None:
+            return f"the base carries no {name}"
+        if self.validated:
+            return f"{name} {found}, which its vendor runs with sglang {sglang}"
+        if self.validated_with is None:
+            return (
+                f"{name} {found}: no sglang release its vendor runs it with is known "
+                f"(platform.vendor.sglang_validated); this image serves sglang {sglang}: expect "
+                "hook drift and test it before it serves"
+            )
+        return (
+            f"{name} {found} is run by its vendor with sglang {self.validated_with}; this image "
+            f"serves sglang {sglang}: expect hook drift and test it before it serves"
+        )
+
+
+def vendor_release(profile: Profile, probe: dict[str, Any]) -> VendorRelease | None:
+    """The base's release of the profile's vendor platform package, or None without one."""
+    vendor = profile.platform.vendor
+    if vendor is None:
+        return None
+    dists: dict[str, str] = dict(probe.get("distributions") or {})
+    found = dists.get(_canonical(vendor.distribution))
+    return VendorRelease(
+        vendor.distribution,
+        found,
+        None if found is None else vendor.sglang_validated.get(found),
+        profile.sglang.version,
+    )
+
+
 def missing_provided(profile: Profile, probe: dict[str, Any]) -> list[str]:
     """Distributions the profile says the base provides that it does not carry."""
     dists = probe.get("distributions") or {}

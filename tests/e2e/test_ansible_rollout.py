@@ -843,8 +843,8 @@ def test_a_serving_group_whose_node_never_joins_the_collective_is_rolled_back(
 def test_a_serving_groups_communication_is_logged_for_one_restart(fleet: Fleet) -> None:
     """Seed 000's first step for a multi-card hang (issue 40 item 10): comm-debug.yml restarts
     the `pair` group's nodes together with the profile's comm_debug variables, fetches each
-    node's log since that start to the control node (c10d's INFO log at DETAIL in it), and restarts them
-    as they were: the environment file byte for byte, and acceptance passes, the running
+    node's log since that start to the control node (c10d's log at DETAIL in it), and restarts
+    them as they were: the environment file byte for byte, and acceptance passes, the running
     server's environment included."""
     import tarfile
 

@@ -13,7 +13,7 @@ import pytest
 from sglx.cli import main
 from sglx.image.build import _check_base
 from sglx_core import base_probe
-from sglx_core.base_facts import compare, labels
+from sglx_core.base_facts import compare, labels, vendor_release
 from sglx_core.base_probe import filter_lock
 from sglx_core.errors import SglxError
 from sglx_core.profile import load_profile
@@ -343,3 +343,33 @@ def test_the_gfx1151_refusal_names_the_dated_tags_to_look_for() -> None:
     with pytest.raises(SglxError) as other:
         _check_base(load_profile("gfx942"), "x", {**probe, "rocm": "10.0.0"})
     assert "look for" not in (other.value.hint or "")
+
+
+def test_the_vendor_platform_release_is_compared_with_the_sglang_its_vendor_runs() -> None:
+    """Seed 000 (S0-40): the Kunlun base's sglang-kunlun against the sglang release its own CI
+    runs it with (0.1.0 with 0.5.17). A pair its vendor never ran is served with a warning, at
+    build and in preflight, never refused; one it ran passes; a base without it is named."""
+    profile = load_profile("kunlun")
+    kunlun_base: dict[str, Any] = {
+        "python": "3.11.9",
+        "distributions": {"sglang": "0.5.23", "torch": "2.9.0", "sglang-kunlun": "0.1.0"},
+    }
+    release = vendor_release(profile, kunlun_base)
+    assert release is not None and not release.validated
+    assert release.message() == (
+        "sglang-kunlun 0.1.0 is run by its vendor with sglang 0.5.17; this image serves sglang "
+        "0.5.23: expect hook drift and test it before it serves"
+    )
+    checks: list[Check] = []
+    check_base(profile, checks, probe=kunlun_base, report=RECORD)
+    (vendor,) = [c for c in checks if c.name == "vendor release"]
+    assert vendor.status == "warn" and "0.5.17" in vendor.detail
+    ran = profile.model_copy(
+        update={"platform": profile.platform.model_copy(update={"vendor": profile.platform.vendor
+                .model_copy(update={"sglang_validated": {"0.1.0": "0.5.23"}})})}  # type: ignore[union-attr]
+    )  # fmt: skip
+    validated = vendor_release(ran, kunlun_base)
+    assert validated is not None and validated.validated
+    lacking = vendor_release(profile, {"distributions": {"sglang": "0.5.23"}})
+    assert lacking is not None and lacking.message() == "the base carries no sglang-kunlun"
+    assert vendor_release(load_profile("gfx942"), UPSTREAM) is None

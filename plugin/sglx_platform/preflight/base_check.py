@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from sglx_core.base_facts import Fact, compare, missing_provided
+from sglx_core.base_facts import Fact, compare, missing_provided, vendor_release
 from sglx_core.base_probe import facts as live_facts
 from sglx_core.profile import Profile
 from sglx_platform.baked import profile_path
@@ -72,6 +72,11 @@ def check_base(
         )
     else:
         checks.append(Check("base", "pass", f"{ref} ({digest}): {found}, as the profile expects"))
+    vendor = vendor_release(profile, probe)
+    if vendor is not None:
+        checks.append(
+            Check("vendor release", "pass" if vendor.validated else "warn", vendor.message())
+        )
     lacking = missing_provided(profile, probe)
     if lacking:
         checks.append(

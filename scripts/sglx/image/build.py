@@ -124,6 +124,9 @@ def build_image(
     progress(f"reading what {base_ref} ships (pip metadata, ROCm's version file)")
     probe = probe_base(client, profile, base_ref)
     facts = _check_base(profile, base_ref, probe)
+    vendor = base_facts.vendor_release(profile, probe)
+    if vendor is not None and not vendor.validated:
+        progress(f"warning: {vendor.message()}")
     tag = tag or f"sglx/{arch}:latest"
     with scratch_dir("sglx-build-") as scratch:
         weights = _prepare_model(profile, model, scratch, progress)
@@ -144,6 +147,9 @@ def build_image(
         labels = _labels(profile, lock.digest, len(lock.wheels), weights, base_ref, base_image)
         labels[GOLDEN_LABEL] = golden_digest
         labels.update(base_facts.labels(facts))
+        if vendor is not None:
+            labels[f"io.sglx.vendor.{vendor.distribution}"] = vendor.found or "none"
+            labels["io.sglx.vendor.validated"] = str(vendor.validated).lower()
         if kept is not None:
             labels[OUTSIDE_LABEL] = "true"
         progress(f"docker build {tag} (no network)")
@@ -199,8 +205,11 @@ def build_image(
             "deps_image": deps_id,
             "deps_images_removed": [item.to_json() for item in replaced],
             "layers": [dict(zip(("created_by", "size"), row, strict=True)) for row in layers.rows],
+            # The vendor platform package of the base against the sglang its vendor runs it with
+            "vendor": None if vendor is None else vendor.to_json(),
         },
         tables=(summary, layers),
+        lines=() if vendor is None or vendor.validated else (f"warning: {vendor.message()}",),
     )
 
 

@@ -83,6 +83,12 @@ class VendorPlatform(_Strict):
         "(`sglang.srt.plugins`); sglx's own general plugin runs them instead."
     )
     source: Text = Field(description="Where the vendor package and its entry points are defined.")
+    sglang_validated: dict[Text, Text] = Field(
+        default_factory=dict,
+        description="Vendor release -> the sglang release its vendor validates it with (its own "
+        "CI). `image build` and preflight compare the base's release with the profile's sglang "
+        "and warn where the vendor never ran the pair.",
+    )
 
 
 class Platform(_Strict):
