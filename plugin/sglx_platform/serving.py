@@ -109,7 +109,9 @@ def plan(
             code="usage",
         )
     precision = environ.get(PRECISION_ENV) or None
-    listed = candidates(profile, hardware, shape, precision=precision, metric=metric)
+    listed = candidates(
+        profile, hardware, shape, precision=precision, metric=metric, named=forced or None
+    )
     chosen = _choose(profile, listed, forced, hardware)
     resolution = resolve(profile, chosen, user_args, environ, shape, hardware)
     capacity = resolution.capacity

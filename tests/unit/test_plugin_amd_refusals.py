@@ -408,3 +408,23 @@ def test_a_rule_refuses_exactly_what_it_names(
                 assert not refuses(profile, field, value), f"{arch}: {flag} {value} got past sglx"
                 continue
             assert not refuses(profile, field, value), f"{arch}: {flag} {value} was not refused"
+
+
+@pytest.mark.parametrize("arch", AMD)
+def test_every_serving_profile_passes_the_hook_through_sglangs_server_args(
+    arch: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, narrow_model: Path
+) -> None:
+    """The counter-test of every rule, from the other side: each serving profile's flags (the
+    PD roles' disaggregation flags included) pass sglang's real parser and the platform hook,
+    and reach the resolved fields."""
+    for name, serving in load_profile(arch).serving.profiles.items():
+        argv = [
+            word
+            for flag, value in serving.args.items()
+            if value is not False
+            for word in ([f"--{flag}"] if value is True else [f"--{flag}", str(value)])
+        ]
+        view = apply(arch, argv, tmp_path, monkeypatch, narrow_model)
+        for flag, value in serving.args.items():
+            if flag.startswith("disaggregation-"):
+                assert getattr(view, flag.replace("-", "_")) == value, (name, flag)

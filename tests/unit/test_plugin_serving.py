@@ -493,3 +493,24 @@ def test_a_word_that_is_a_flags_value_is_never_sglx_serves_own() -> None:
     assert serving.split_own_flags(["--api-key=--version"]) == (set(), ["--api-key=--version"])
     own, rest = serving.split_own_flags(["--dry-run", "--api-key=--version", "--tp", "2"])
     assert own == {"--dry-run"} and rest == ["--api-key=--version", "--tp", "2"]
+
+
+def test_a_disaggregated_role_is_served_only_where_it_is_named(run: Run) -> None:
+    """Seed 004's PD split (S4-44): the prefill and decode roles on 8x MI300X are serving
+    profiles of their own (MORI-IO), never chosen for a host on its own; SGLX_SERVING_PROFILE
+    names one, and its flags reach the command line ahead of the user's."""
+    code, out, _ = run("8x MI300X", "llama-3.1-8b", "--dry-run", "--json")
+    assert code == 0
+    assert json.loads(out)["env"] == {"SGLX_SERVING_PROFILE": "mi300x-tp8"}
+    code, out, _ = run("8x MI300X", "llama-3.1-8b", "--list-profiles", "--json")
+    listed = {p["name"]: p for p in json.loads(out)["profiles"]}
+    prefill = listed["mi300x-pd-prefill-tp8"]
+    assert prefill["status"] == "incompatible"
+    assert prefill["reason"].startswith("chosen by name only (SGLX_SERVING_PROFILE=")
+    named = {"SGLX_SERVING_PROFILE": "mi300x-pd-decode-tp8"}
+    code, out, _ = run("8x MI300X", "llama-3.1-8b", "--dry-run", "--json", env=named)
+    assert code == 0, out
+    command = json.loads(out)["command"]
+    tail = command[command.index("--port") + 2 :]
+    assert tail == ["--tp", "8", "--disaggregation-mode", "decode",
+                    "--disaggregation-transfer-backend", "mori"]  # fmt: skip

@@ -1321,6 +1321,12 @@ class ServingProfile(_Strict):
         description="optimized: tuned for the matched hardware, chosen first; general: a "
         "fallback that still matches only the hardware it names (never a silent generic pick)."
     )
+    select: Literal["auto", "by_name"] = Field(
+        default="auto",
+        description="auto: chosen when it matches; by_name: only where SGLX_SERVING_PROFILE "
+        "names it (a prefill or decode role of a disaggregated deployment, which a host must "
+        "never take on its own).",
+    )
     concurrency: StrictInt = Field(
         default=1,
         ge=1,

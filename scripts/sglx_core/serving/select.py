@@ -197,12 +197,16 @@ def candidates(
     *,
     precision: str | None = None,
     metric: str | None = None,
+    named: str | None = None,
 ) -> list[Candidate]:
     """Every serving profile of the arch, best first: runnable, then low memory, then
-    incompatible; within each, optimized before general, then the more specific match."""
+    incompatible; within each, optimized before general, then the more specific match. A
+    by_name profile is incompatible unless it is the one `named`."""
     found: list[Candidate] = []
     for name, serving in profile.serving.profiles.items():
         why = mismatch(profile, serving, hw, shape, precision, metric)
+        if serving.select == "by_name" and name != named:
+            why = f"chosen by name only (SGLX_SERVING_PROFILE={name}): {serving.description}"
         if why is not None:
             found.append(Candidate(name, "incompatible", why, None, serving))
             continue
