@@ -296,3 +296,15 @@ def test_each_family_debugs_its_own_collective_library() -> None:
         assert not names & set(profile.env_forbidden), arch
         assert all(var.source for var in profile.comm_debug.values()), arch
     assert "NCCL_DEBUG" not in load_profile("kunlun").comm_debug  # BKCL is not RCCL
+
+
+def test_no_profile_sets_an_msccl_variable() -> None:
+    """Issue 40 item 11: the rocm10 images ship RCCL 2.30.4, which has no MSCCL at all (read
+    from v0.5.19-rocm10-mi35x; RCCL's environment variables, docs-10.0.0), so an MSCCL switch in
+    a profile would be dead configuration."""
+    for arch in known_arches():
+        profile = load_profile(arch)
+        names = [*profile.env, *profile.comm_debug]
+        for serving in profile.serving.profiles.values():
+            names += list(serving.env)
+        assert not [n for n in names if "MSCCL" in n], arch
