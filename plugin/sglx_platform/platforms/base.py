@@ -128,6 +128,23 @@ class SglxPlatformMixin:
         return self.sglx_profile.server.speculative_decoding != "never"
 
     # ------------------------------------------------------------------
+    # Profiling
+    # ------------------------------------------------------------------
+
+    def get_torch_profiler_activity_str(self) -> str:
+        """Asked of out-of-tree platforms when /start_profile starts sglang's torch profiler.
+        sglang 0.5.23's DeviceMixin raises NotImplementedError there, which took the whole
+        server down (tests/integration/test_cpu_server.py); the profile names the activity."""
+        return self.sglx_profile.platform.profiler_activity
+
+    def get_torch_profiler_activity(self) -> Any:
+        import torch
+
+        return getattr(
+            torch.profiler.ProfilerActivity, self.sglx_profile.platform.profiler_activity
+        )
+
+    # ------------------------------------------------------------------
     # Distributed and dispatch
     # ------------------------------------------------------------------
 

@@ -119,6 +119,12 @@ class Platform(_Strict):
         description="torch.distributed backend name (RCCL and BKCL both answer to 'nccl')."
     )
     capabilities: Capabilities
+    profiler_activity: Literal["CPU", "CUDA"] = Field(
+        default="CPU",
+        description="The torch profiler activity sglang's /start_profile records for this "
+        "platform's device (asked of out-of-tree platforms only; sglang 0.5.23's DeviceMixin "
+        "raises, which stopped the server): CPU where no device activity is known.",
+    )
 
 
 class Debootstrap(_Strict):
