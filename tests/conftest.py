@@ -9,11 +9,14 @@ from typing import Any
 
 import pytest
 from helpers import child_env, kunlun_vendor
+from helpers.cpu_use import CpuUse, phase_of
 from helpers.run_shared import build_times, clean_up
 
 from sglx.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
+# How busy the cores were in each phase of this process's run (the terminal summary).
+CPU_USE = CpuUse()
 
 # The engine fixtures (cpu base, wheelhouse, image and bundle: built once per run), and how
 # `make test` orders the run (alone or between xdist workers).
@@ -39,13 +42,26 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     child_env.freeze(session.config)
 
 
+def pytest_runtest_logstart(nodeid: str, location: tuple[str, int | None, str]) -> None:
+    CPU_USE.enter(phase_of(Path(location[0]).parts))
+
+
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
-    """What the run built once, and when: the shared builds are most of a run's CPU."""
-    lines = build_times(config)
-    if lines and not hasattr(config, "workerinput"):
-        terminalreporter.section("built once in this run")
-        for line in lines:
-            terminalreporter.write_line(line)
+    """What the run built once, and when: the shared builds are most of a run's CPU; and how
+    busy the cores were in each phase."""
+    if hasattr(config, "workerinput"):
+        return
+    for title, lines in (("built once in this run", build_times(config)),
+                         ("cores busy in each phase", _closed_cpu_use())):  # fmt: skip
+        if lines:
+            terminalreporter.section(title)
+            for line in lines:
+                terminalreporter.write_line(line)
+
+
+def _closed_cpu_use() -> list[str]:
+    CPU_USE.enter("summary")
+    return CPU_USE.lines()
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
