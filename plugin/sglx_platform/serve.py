@@ -33,7 +33,7 @@ from types import FrameType
 
 from sglx_core import model_assets
 from sglx_core.errors import SglxError
-from sglx_platform import jit_cache, model_config, profiling, serving, warm_cache
+from sglx_platform import jit_cache, model_config, profiling, serving, tuned_configs, warm_cache
 from sglx_platform.baked import baked_profile
 
 # Where sglx-serve leaves the port it started the server on, for the healthcheck.
@@ -96,10 +96,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         jit_cache.checked_cache_root()  # the server loads code from it: refused unless private
         assets = _model_asset_env(user_args)  # e.g. gpt-oss's vocabulary, beside config.json
+        # The host's tuned set, when one is mounted: its variables win over the image's.
+        tuned_env, tuned_lines = tuned_configs.mounted_env(baked_profile(), chosen.hardware)
     except SglxError as error:
         _say(f"refused before starting the server: {error}")
         return 2
-    os.environ.update({**chosen.env, **assets})  # the server and preflight inherit it
+    for line in tuned_lines:
+        _say(line)
+    os.environ.update({**chosen.env, **assets, **tuned_env})  # the server and preflight inherit it
     argv = server_argv(chosen.resolution.argv if chosen.resolution else user_args)
     _announce_demo(Path(os.environ.get(MODEL_ENV, DEFAULT_MODEL)))
     _say(_install_prebuilt_cache())

@@ -37,6 +37,7 @@ from sglx_core.env_floors import raised
 from sglx_core.errors import SglxError
 from sglx_core.jit_cache import HOST_ENV, MODE, host_folder
 from sglx_core.profile import Profile
+from sglx_core.util import sha256_hex
 from sglx_core.weights_store import entry_folder
 
 MODEL_TARGET = "/models/model"
@@ -71,6 +72,15 @@ class JitCache:
 
 
 @dataclass(frozen=True)
+class TunedMount:
+    """Where a host's tuned set (profile tuning) is mounted: <host_root>/<set digest hex> on the
+    host, read-only at target in the container (sglx-serve reads it there)."""
+
+    target: str
+    host_root: str
+
+
+@dataclass(frozen=True)
 class RunSpec:
     """Everything about `docker run` that follows from the profile."""
 
@@ -93,6 +103,8 @@ class RunSpec:
     # before the store existed.
     models_root: str | None = None
     server_args: tuple[str, ...] = ()
+    # None for an arch that takes no tuned set, and in the run.json of a bundle made before.
+    tuned: TunedMount | None = None
     version: int = field(default=RUN_SPEC_VERSION)
 
     def to_json(self) -> dict[str, Any]:
@@ -115,6 +127,7 @@ class RunSpec:
                     "lock": _strs(data["lock"]),
                     "server_args": _strs(data["server_args"]),
                     "jit_cache": _jit_cache(data.get("jit_cache")),
+                    "tuned": _tuned(data.get("tuned")),
                 }
             )
             words = [*spec.options, *spec.lock, *spec.server_args, *spec.groups]
@@ -123,6 +136,8 @@ class RunSpec:
             words += [w for d in spec.devices for w in (d.path,)]
             words += [w for m in spec.mounts for w in (m.source, m.target)]
             words += [w for kv in spec.env.items() for w in kv]
+            if spec.tuned is not None:
+                words += [spec.tuned.target, spec.tuned.host_root]
             if spec.jit_cache is not None:
                 words += [spec.jit_cache.target, spec.jit_cache.host_root]
                 if type(spec.jit_cache.uid) is not int or spec.jit_cache.uid < 0:
@@ -147,6 +162,10 @@ def _strs(values: Any) -> tuple[str, ...]:
 
 def _jit_cache(value: Any) -> JitCache | None:
     return None if value is None else JitCache(**value)
+
+
+def _tuned(value: Any) -> TunedMount | None:
+    return None if value is None else TunedMount(**value)
 
 
 def run_spec(profile: Profile) -> RunSpec:
@@ -175,6 +194,9 @@ def run_spec(profile: Profile) -> RunSpec:
         raised=up,
         jit_cache=JitCache(c.jit_cache.target, c.jit_cache.host_root, c.uid),
         models_root=profile.weights.store,
+        tuned=TunedMount(profile.tuning.target, profile.tuning.host_root)
+        if profile.tuning.files
+        else None,
     )
 
 
@@ -201,6 +223,8 @@ class Site:
     weights_digest: str | None = None
     # The site's root of the weights store; None = the spec's (the profile's weights.store).
     models_root: str | None = None
+    # The digest (sha256:...) of the tuned set placed on the host; None = no set is mounted.
+    tuned_digest: str | None = None
 
 
 def model_folder(spec: RunSpec, site: Site) -> str | None:
@@ -212,6 +236,15 @@ def model_folder(spec: RunSpec, site: Site) -> str | None:
     if site.weights_digest is None or root is None:
         return None
     return entry_folder(root, site.weights_digest)
+
+
+def tuned_folder(spec: RunSpec, site: Site) -> str | None:
+    """The host folder of the site's tuned set (<host_root>/<digest hex>), or None."""
+    if spec.tuned is None or site.tuned_digest is None:
+        return None
+    return (
+        f"{spec.tuned.host_root.rstrip('/')}/{sha256_hex(site.tuned_digest, 'a tuned set digest')}"
+    )
 
 
 def jit_folder(spec: RunSpec, site: Site) -> str | None:
@@ -323,6 +356,9 @@ def tail_words(spec: RunSpec, site: Site) -> list[str]:
     model = model_folder(spec, site)
     if model is not None:
         words += ["-v", f"{model}:{spec.model_target}:ro"]
+    tuned = tuned_folder(spec, site)
+    if tuned is not None and spec.tuned is not None:
+        words += ["-v", f"{tuned}:{spec.tuned.target}:ro"]
     for key, value in sorted({**spec.env, **site.extra_env}.items()):
         words += ["-e", f"{key}={value}"]
     words.append(site.image)
@@ -355,4 +391,9 @@ def ansible_vars(spec: RunSpec) -> dict[str, Any]:
         "sglang_service_weights_store": {}
         if spec.models_root is None
         else {"root": spec.models_root, "target": spec.model_target},
+        # The unit mounts <root>/<tuned set digest hex> at target, read-only, when the rollout
+        # placed a tuned set (sglang_service_tuned_digest). {} = the arch takes none.
+        "sglang_service_tuning": {}
+        if spec.tuned is None
+        else {"root": spec.tuned.host_root, "target": spec.tuned.target},
     }

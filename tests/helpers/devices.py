@@ -84,7 +84,7 @@ def make_kfd_host(
         wave = 32 if version >= 100000 else 64
         node.joinpath("properties").write_text(
             _GPU_NODE.format(
-                simd=304,
+                simd=1216,  # an MI300X: 304 compute units of simd_per_cu 4 SIMDs
                 wave=wave,
                 version=version,
                 device_id=29857 + index,

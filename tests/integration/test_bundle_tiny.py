@@ -587,3 +587,44 @@ def test_an_image_built_with_another_profile_is_refused_naming_both_digests(
     assert other in err and profile_digest(load_profile("cpu")) in err
     assert "sglx image build --arch cpu" in err and "Traceback" not in err
     assert not out.exists()
+
+
+def test_a_tuned_set_is_carried_checked_for_the_arch_and_verified(
+    sglx_json: JsonRunner, docker: Any, run_id: str, tmp_path: Path
+) -> None:
+    """`bundle create --tuned`: the set's files and manifest at tuned/, its digest in
+    bundle.json, covered by SHA256SUMS (verify passes, and finds an edited table). A set of
+    another arch is refused before anything is written."""
+    from helpers.bundles import import_tiny_image
+    from helpers.tuned_files import write_tuning_run
+
+    from sglx_core import tuned
+    from sglx_core.profile import load_profile
+
+    tag = f"sglx-test/bundle-tuned:{run_id}"
+    image_id = import_tiny_image(docker, tag, blob_bytes=10_000)
+    try:
+        run = write_tuning_run(tmp_path / "run")
+        made, _ = tuned.capture(run, tmp_path / "set", load_profile("gfx942"),
+                                captured_from="t", host="h", sglx="t")  # fmt: skip
+        out = tmp_path / "bundle"
+        args = ["bundle", "create", "--arch", "gfx942", "--image", tag, "--no-scan", "-q"]
+        code, envelope = sglx_json(*args, "--out", str(out), "--tuned", str(tmp_path / "set"))
+        assert code == 0, envelope
+        manifest = json.loads((out / "bundle.json").read_text())
+        assert manifest["tuned"] == {"digest": made.digest, "path": "tuned"}
+        carried = {e["path"]: e["kind"] for e in manifest["files"] if e["kind"] == "tuned"}
+        assert set(carried) == {f"tuned/{p.name}" for p in (tmp_path / "set").iterdir()}
+        assert tuned.load(out / "tuned", load_profile("gfx942")).digest == made.digest
+        code, envelope = sglx_json("bundle", "verify", str(out), "--no-scan", "-q")
+        assert code == 0, envelope
+        (out / "tuned" / "hipblaslt_tuning.txt").write_text("Git Version: other\n")
+        code, envelope = sglx_json("bundle", "verify", str(out), "--no-scan", "-q")
+        assert code == 1 and "tuned/hipblaslt_tuning.txt" in json.dumps(envelope), envelope
+        # The gfx950 profile refuses the gfx942 set: nothing is written.
+        other = ["--out", str(tmp_path / "other"), "--tuned", str(tmp_path / "set")]
+        code, envelope = sglx_json(*args[:3], "gfx950", *args[4:], *other)
+        assert code == 2 and envelope["errors"][0]["code"] == "wrong_arch", envelope
+        assert not (tmp_path / "other").exists()
+    finally:
+        remove_image(docker, image_id)

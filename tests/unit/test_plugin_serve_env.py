@@ -20,7 +20,10 @@ from typing import Any
 import pytest
 from helpers.dockerfile_env import dockerfile_env
 from helpers.profiles import bake
+from helpers.serving_fixtures import mi300x_host
+from helpers.tuned_files import write_tuning_run
 
+from sglx_core import tuned
 from sglx_core.profile import load_profile
 
 REPO = Path(__file__).resolve().parents[2]
@@ -122,3 +125,55 @@ def test_preflight_first_does_not_start_the_server_when_it_fails(
     assert proc.returncode == 1
     assert "preflight failed (exit 1); not starting the server" in proc.stderr
     assert not out.exists()
+
+
+def test_the_server_reads_the_mounted_tuned_set_and_another_archs_is_refused(
+    tmp_path: Path, model: Path
+) -> None:
+    """The host's tuned set, mounted where the profile says (here a folder of the test),
+    reaches the server as the variables AITER, TunableOp and hipBLASLt read; sglx-serve names it
+    in the log. A set of another arch stops the start before anything runs (exit 2)."""
+    tuning = write_tuning_run(tmp_path / "tuning")
+    profile = load_profile("gfx942")
+    tuned.capture(tuning, tmp_path / "set", profile, captured_from="t", host="h", sglx="t")
+    other = tmp_path / "other"
+    (tuning / "bf16_tuned_gemm.csv").unlink()  # the gfx950 profile takes the rest
+    (tuning / "a8w8_blockscale_tuned_gemm.csv").unlink()
+    tuned.capture(tuning, other, load_profile("gfx950"), captured_from="t", host="h", sglx="t")
+    for folder, arch_ok in ((tmp_path / "set", True), (other, False)):
+        work = tmp_path / f"run-{folder.name}"
+        work.mkdir(parents=True)
+        cache = work / "jit-cache"
+        cache.mkdir(mode=0o700)
+        jit = {**profile.container.jit_cache.model_dump(), "target": str(cache)}
+        baked_profile = bake("gfx942", work / "arch.yaml", container={"jit_cache": jit},
+                             tuning={"target": str(folder)})  # fmt: skip
+        out = work / "probe.json"
+        env = {
+            **dockerfile_env(REPO / "images" / "gfx942" / "Dockerfile"),
+            "SGLX_PROFILE": str(baked_profile),
+            "SGLX_MODEL": str(model),
+            "SGLX_PROBE_ROOT": str(work / "host"),
+            "SGLX_PREFLIGHT": "off",  # what is tested is the environment; preflight is above
+            "HOME": str(work),
+            "PYTHONPATH": str(REPO / "tests" / "helpers"),
+            "SGLX_TEST_PROBE_OUT": str(out),
+        }
+        mi300x_host(work / "host", 1)
+        (work / "host" / "proc").mkdir(exist_ok=True)
+        shutil.copyfile("/proc/meminfo", work / "host" / "proc" / "meminfo")
+        proc = subprocess.run([sys.executable, "-c", SERVE, "--port", "31999"], env=env,
+                              capture_output=True, text=True, timeout=600, check=False)  # fmt: skip
+        if not arch_ok:
+            assert proc.returncode == 2, proc.stderr[-3000:]
+            assert f"{other}: the tuned set was captured for gfx950, not gfx942" in proc.stderr
+            assert not out.exists()
+            continue
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        received = json.loads(out.read_text())["environ"]
+        assert received["AITER_CONFIG_GEMM_BF16"] == f"{folder}/bf16_tuned_gemm.csv"
+        assert received["PYTORCH_TUNABLEOP_FILENAME"] == f"{folder}/tunableop_results%d.csv"
+        assert received["PYTORCH_TUNABLEOP_TUNING"] == "0"
+        assert received["HIPBLASLT_TUNING_OVERRIDE_FILE"] == f"{folder}/hipblaslt_tuning.txt"
+        digest = tuned.load(folder, profile).digest
+        assert f"tuned GEMM configurations: set {digest} (" in proc.stderr

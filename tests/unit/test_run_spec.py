@@ -531,3 +531,29 @@ def test_the_planned_restart_is_off_unless_the_site_sets_it() -> None:
     unit = render("server.service.j2", variables)
     assert "\nRestart=on-failure\n" in unit
     assert "\nRuntimeMaxSec=86400\nRuntimeRandomizedExtraSec=1800\n" in unit
+
+
+@pytest.mark.parametrize("arch", ["gfx942", "cpu"])
+def test_the_unit_mounts_the_tuned_set_where_the_run_spec_does(arch: str) -> None:
+    """The rollout's tuned set, <tuning.host_root>/<digest hex>, read-only at tuning.target:
+    the unit and `docker run` words of the run spec mount the same folder; an arch that takes
+    no set (cpu) mounts none whatever digest a site passes, and a run spec from before the set
+    existed reads without one."""
+    digest = f"sha256:{HEX}"
+    profile = load_profile(arch)
+    spec = run_spec(profile)
+    variables = unit_variables(arch)
+    variables.update(sglang_service_tuned_digest=digest)
+    render_role_vars(variables)
+    files = {"/etc/sglx/sglx-server.env": env_file(render("server.env.j2", variables))}
+    unit = normalized(["docker", *unit_words(render("server.service.j2", variables))[1:]], files)
+    words = normalized(docker_run_words(spec, Site("i", "x", tuned_digest=digest)))
+    folder = f"{profile.tuning.host_root}/{HEX}:{profile.tuning.target}:ro"
+    if arch == "cpu":
+        assert spec.tuned is None and variables["__sglang_service_tuned_folder"] == ""
+        assert not any(folder in v for v in unit["options"]["-v"] + words["options"]["-v"])
+        return
+    assert folder in unit["options"]["-v"] and folder in words["options"]["-v"]
+    data = spec.to_json()
+    del data["tuned"]
+    assert RunSpec.from_json(data, "meta/run.json").tuned is None

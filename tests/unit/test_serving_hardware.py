@@ -73,12 +73,12 @@ def _detect(arch: str, root: Path, table: dict[str, Entry] | None = None) -> Acc
 
 
 @pytest.mark.parametrize(
-    ("arch", "make", "model", "count", "memory", "device_id"),
+    ("arch", "make", "model", "count", "memory", "device_id", "units"),
     [
-        ("gfx942", mi300x_host, "mi300x", 8, 201310208 * 1024, "0x74a1"),
-        ("gfx942", mi325x_host, "mi325x", 4, 268419072 * 1024, "0x74a5"),
-        ("gfx950", mi355x_host, "mi355x", 8, 301973504 * 1024, "0x75a3"),
-        ("gfx1151", strix_halo_host, "strix-halo", 1, 96 * GIB, "0x1586"),
+        ("gfx942", mi300x_host, "mi300x", 8, 201310208 * 1024, "0x74a1", "304"),
+        ("gfx942", mi325x_host, "mi325x", 4, 268419072 * 1024, "0x74a5", "304"),
+        ("gfx950", mi355x_host, "mi355x", 8, 301973504 * 1024, "0x75a3", "256"),
+        ("gfx1151", strix_halo_host, "strix-halo", 1, 96 * GIB, "0x1586", "40"),
     ],
 )
 def test_kfd_hosts(
@@ -89,6 +89,7 @@ def test_kfd_hosts(
     count: int,
     memory: int,
     device_id: str,
+    units: str,
 ) -> None:
     found = _detect(arch, make(tmp_path))
     assert (found.family, found.model, found.count, found.memory_bytes) == (
@@ -101,6 +102,8 @@ def test_kfd_hosts(
     assert found.facts["gfx_target"] == arch
     assert found.facts["count"] == str(count)
     assert found.facts["vram_heap"] == "FB_PUBLIC"
+    # simd_count / simd_per_cu: the cu_num AITER keys its tuned rows by
+    assert found.facts["compute_units"] == units
 
 
 def test_apu_reports_what_the_kfd_bank_says(tmp_path: Path) -> None:

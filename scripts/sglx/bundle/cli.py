@@ -65,6 +65,13 @@ def register(
         "image built with its weights outside it takes them from its weights store by default)",
     )
     p.add_argument(
+        "--tuned",
+        type=Path,
+        metavar="DIR",
+        help="carry a tuned set (`sglx tuned capture`): the hosts' servers read its GEMM tables "
+        "(checked for the arch here and again on every host)",
+    )
+    p.add_argument(
         "--models-root",
         type=Path,
         metavar="DIR",
@@ -229,6 +236,7 @@ def _cmd_bundle_create(args: argparse.Namespace) -> Result:
         control_wheels=args.control_wheels,
         since=args.since,
         exclude_base=args.exclude_base,
+        tuned=args.tuned,
     )
     return create_bundle(
         load_profile(args.arch), options, Progress("bundle create", quiet=args.quiet)

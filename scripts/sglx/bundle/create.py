@@ -42,6 +42,7 @@ from sglx.bundle.manifest import (
     Kind,
     ParentRecord,
     Slot,
+    TunedRecord,
     check_weights_name,
     dump,
     render_sums,
@@ -53,11 +54,13 @@ from sglx.bundle.weights_plan import WeightsPlan, folder_name, plan_weights
 from sglx.engine import docker_client
 from sglx.progress import Progress
 from sglx.run_spec import run_spec
+from sglx_core import tuned
 from sglx_core.errors import SglxError
 from sglx_core.gate.golden import GOLDEN_LABEL
 from sglx_core.profile import Profile
 from sglx_core.profile.resolved import PROFILE_DIGEST_LABEL, profile_digest, resolved_text
 from sglx_core.report import Finding, Result, Table
+from sglx_core.tuned import TunedSet
 
 SAVE_BLOCK = 4 << 20
 
@@ -76,6 +79,7 @@ class CreateOptions:
     control_wheels: Path | None = None
     since: Path | None = None  # the previous bundle (folder or bundle.json): write a delta
     exclude_base: bool = False  # leave out the base image's layers (a site loads the base)
+    tuned: Path | None = None  # a tuned set (sglx tuned capture) carried at tuned/
 
 
 @dataclass(frozen=True)
@@ -118,6 +122,8 @@ def create_bundle(profile: Profile, options: CreateOptions, progress: Progress) 
     tar_path = out.with_name(out.name + ".tar")
     if options.as_tar and tar_path.exists():
         raise SglxError(f"{tar_path} already exists", hint="remove it first", code="usage")
+    # A tuned set is checked for the arch before anything is written: refused, nothing made.
+    tuned_set = None if options.tuned is None else tuned.load(options.tuned, profile)
     lock, wheels = _wheel_sources(profile, options.wheelhouse)
     weights = plan_weights(
         image, ref, profile, options.weights_outside, options.models_root, layers.parent
@@ -138,7 +144,11 @@ def create_bundle(profile: Profile, options: CreateOptions, progress: Progress) 
         )
         progress(f"copying the Ansible content ({len(ansible.items)} files)")
         entries += ansible_content.write(ansible, stage)
-        manifest = _finish(stage, profile, record, entries, options, weights, ansible.slot())
+        entries += _copy_tuned(tuned_set, stage, progress)
+        tuned_record = None if tuned_set is None else TunedRecord(digest=tuned_set.digest)
+        manifest = _finish(
+            stage, profile, record, entries, options, weights, ansible.slot(), tuned_record
+        )
         stage.rename(out)
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
@@ -480,6 +490,7 @@ def _finish(
     options: CreateOptions,
     weights: WeightsPlan | None,
     ansible: Slot,
+    tuned_record: TunedRecord | None = None,
 ) -> BundleManifest:
     weights_record = None if weights is None else weights.record
     manifest = BundleManifest(
@@ -488,6 +499,7 @@ def _finish(
         sglx_version=__version__,
         image=record,
         weights=weights_record,
+        tuned=tuned_record,
         wheelhouse=Slot(
             included=options.wheelhouse is not None,
             path=layout.WHEELHOUSE if options.wheelhouse is not None else None,
@@ -504,6 +516,29 @@ def _finish(
         sig_sha = sha256_bytes(signature.read_bytes())
     (stage / layout.SUMS).write_text(render_sums(manifest, sha256_bytes(raw), sig_sha))
     return manifest
+
+
+def _copy_tuned(tuned_set: TunedSet | None, stage: Path, progress: Progress) -> list[FileEntry]:
+    """The tuned set's files and manifest, copied to tuned/ (checked when it was loaded)."""
+    if tuned_set is None:
+        return []
+    records = {r.name: r.sha256 for r in tuned_set.manifest.files}
+    names = [tuned.MANIFEST, *records]
+    progress(f"copying the tuned set {tuned_set.digest} ({len(records)} files)")
+    (stage / layout.TUNED).mkdir()
+    entries = []
+    for name in names:
+        path = f"{layout.TUNED}/{name}"
+        copied = copy_hashed(tuned_set.folder / name, stage / path)
+        if name in records and copied.sha256 != records[name]:
+            raise SglxError(
+                f"{tuned_set.folder / name} changed while the bundle was made",
+                hint="leave the tuned set alone while `bundle create` runs, then run it again",
+                code="usage",
+                path=str(tuned_set.folder / name),
+            )
+        entries.append(FileEntry(path=path, size=copied.size, sha256=copied.sha256, kind="tuned"))
+    return entries
 
 
 def _write_tar(folder: Path, tar_path: Path) -> None:

@@ -13,6 +13,7 @@ agree on them.
     meta/run.json          the run spec (sglx.run_spec): how a host runs the server container
     wheelhouse/            the arch's lock and its wheels (with --wheelhouse)
     weights/NAME/          converted weights and their manifest (with --weights-outside)
+    tuned/                 a tuned set: GEMM tables and their manifest (with --tuned)
     ansible/               playbooks, roles, example inventory with the arch's rendered vars
     ansible/host-checks/   the host-check suite (hostchecks)
     ansible/control-node.txt  the control node's hash-pinned lock (bundles/locks/ansible.txt)
@@ -38,6 +39,7 @@ RUN_SPEC = "meta/run.json"
 WHEELHOUSE = "wheelhouse"
 WHEEL_LOCK = "wheelhouse/requirements.lock"
 WEIGHTS = "weights"
+TUNED = "tuned"
 ANSIBLE = "ansible"
 ANSIBLE_HOST_CHECKS = "ansible/host-checks"
 ANSIBLE_LOCK = "ansible/control-node.txt"

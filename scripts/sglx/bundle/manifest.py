@@ -23,6 +23,7 @@ from sglx.bundle import layout
 from sglx.bundle.layers import chain_ids
 from sglx_core.errors import SglxError
 from sglx_core.profile.loader import NAME_PATTERN
+from sglx_core.tuned import MANIFEST as TUNED_MANIFEST
 from sglx_core.untrusted import parse_json
 from sglx_core.weights_manifest import MANIFEST_NAME as WEIGHTS_MANIFEST
 
@@ -46,7 +47,7 @@ WEIGHTS_NAME_RULE = (
     "at most 128 characters"
 )
 Arch = Annotated[str, StringConstraints(pattern=NAME_PATTERN.pattern, max_length=64)]
-Kind = Literal["image-chunk", "meta", "install", "wheel", "lock", "weights", "ansible"]
+Kind = Literal["image-chunk", "meta", "install", "wheel", "lock", "weights", "ansible", "tuned"]
 # The bundle's own files of a fixed path, and their kind.
 FIXED_KINDS: dict[str, Kind] = {
     layout.SCAN_REPORT: "meta",
@@ -157,6 +158,15 @@ class WeightsRecord(_Record):
     files: tuple[WeightsFile, ...] | None = Field(default=None, max_length=layout.MAX_FILES)
 
 
+class TunedRecord(_Record):
+    """A tuned set (sglx_core/tuned.py) carried at `tuned/`: its digest names its folder on the
+    hosts (<tuning.host_root>/<digest hex>); its files are the bundle's entries of kind tuned,
+    its manifest.json among them."""
+
+    digest: Digest
+    path: Literal["tuned"] = "tuned"
+
+
 class Slot(_Record):
     """A part of the bundle that may be absent, and why."""
 
@@ -173,6 +183,7 @@ class BundleManifest(_Record):
     sglx_version: str
     image: ImageRecord
     weights: WeightsRecord | None = None
+    tuned: TunedRecord | None = None
     wheelhouse: Slot
     ansible: Slot
     files: tuple[FileEntry, ...] = Field(max_length=layout.MAX_FILES)
@@ -195,6 +206,8 @@ def dump(manifest: BundleManifest) -> bytes:
     weights = data.get("weights")
     if weights is not None and weights["carried"] and weights["files"] is None:
         del weights["carried"], weights["files"]  # carried weights are written as before
+    if data["tuned"] is None:  # written as before: an older sglx reads it
+        del data["tuned"]
     return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode()
 
 
@@ -329,7 +342,7 @@ def _files_problem(manifest: BundleManifest) -> str | None:
         want = last if index == len(image.chunks) - 1 else image.chunk_size
         if by_path[chunk].size != want:
             return f"files: {chunk} is {by_path[chunk].size} bytes, the image record says {want}"
-    problem = _weights_problem(manifest)
+    problem = _weights_problem(manifest) or _tuned_problem(manifest)
     if problem is not None:
         return problem
     for name, slot, path in (
@@ -377,6 +390,16 @@ def _weights_problem(manifest: BundleManifest) -> str | None:
     return None
 
 
+def _tuned_problem(manifest: BundleManifest) -> str | None:
+    """A tuned record needs its manifest.json among the files under tuned/."""
+    if manifest.tuned is None:
+        return None
+    names = {e.path for e in manifest.files if e.kind == "tuned"}
+    if f"{manifest.tuned.path}/{TUNED_MANIFEST}" not in names:
+        return f"tuned: no {manifest.tuned.path}/{TUNED_MANIFEST} among the files"
+    return None
+
+
 def weights_files(manifest: BundleManifest) -> tuple[WeightsFile, ...]:
     """The files of the bundle's weights store entry: `weights.files`, or (a bundle made before
     the store) its weights files under `weights.path`."""
@@ -409,6 +432,8 @@ def _layout_kind(manifest: BundleManifest, path: str) -> Kind | None:
     weights = manifest.weights
     if weights is not None and weights.path is not None and path.startswith(weights.path + "/"):
         return "weights"
+    if manifest.tuned is not None and top == manifest.tuned.path and "/" not in rest:
+        return "tuned"
     return None
 
 

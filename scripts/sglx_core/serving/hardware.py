@@ -129,6 +129,9 @@ class KfdGpu:
     device_id: int  # PCI device id (the node prints it in decimal)
     memory_bytes: int  # frame-buffer banks summed
     heap: str  # FB_PUBLIC | FB_PRIVATE
+    # simd_count / simd_per_cu (kfd_topology.c node_show()); 0 when the node prints no
+    # simd_per_cu. torch's multi_processor_count and AITER's cu_num are this number.
+    compute_units: int = 0
 
 
 def probe_root() -> Path:
@@ -381,7 +384,9 @@ def _kfd_node(root: _Root, node: Path) -> KfdGpu | None:
             path=str(props_file),
         )
     memory, heap = _kfd_memory(root, node)
-    return KfdGpu(node.name, version, props["device_id"], memory, heap)
+    per_cu = props.get("simd_per_cu", 0)
+    units = props.get("simd_count", 0) // per_cu if per_cu > 0 else 0
+    return KfdGpu(node.name, version, props["device_id"], memory, heap, units)
 
 
 def _kfd_memory(root: _Root, node: Path) -> tuple[int, str]:
@@ -465,6 +470,9 @@ def _detect_rocm(
         "count": str(len(mine)),
         "kfd_nodes": ", ".join(g.node for g in mine),
     }
+    units = sorted({g.compute_units for g in mine if g.compute_units})
+    if units:
+        facts["compute_units"] = ", ".join(str(n) for n in units)
     if len(set(names.values())) > 1:
         facts["mixed"] = ", ".join(
             f"node {node}: {name or 'unknown'}" for node, name in names.items()
