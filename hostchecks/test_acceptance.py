@@ -113,6 +113,32 @@ def test_service_active(host: Any, facts: HostFacts) -> None:
         )
 
 
+def test_driver_validated_with_the_image(host: Any, facts: HostFacts) -> None:
+    """The driver this host runs is the one its serving gate last passed with (the record's
+    driver_version, sglang_service tasks/record.yml): an upgraded driver has not been validated
+    with the image until a rollout runs the gate again (seed S0-49). Skipped where the arch's
+    driver reports no version file, the driver is not loaded, or the record predates it."""
+    version_file = str((facts["accel_host_driver"] or {}).get("version_file") or "")
+    if not version_file:
+        pytest.skip(f"the {facts.arch} profile names no driver version file")
+    deployed = read_json(host, str(facts["sglang_service_state_file"])) or {}
+    validated = str(deployed.get("driver_version") or "")
+    if not validated:
+        pytest.skip("the record of the last passed gate names no driver (an older rollout)")
+    file = host.file(version_file)
+    if not file.exists:
+        pytest.skip(f"{version_file} is absent: the driver is not loaded (see driver_minimum)")
+    running = (file.content_string.splitlines() or [""])[0].strip()[:120]
+    if running != validated:
+        image = str(deployed.get("image_id", ""))[:19]
+        problem(
+            f"the driver reads {running!r} ({version_file}); the serving gate last passed here "
+            f"with {validated!r} and image {image}: this pair has not been validated",
+            f"{ROLLOUT}: it runs the serving gate again on this host (and rolls back when it "
+            f"fails); or return the driver to {validated}",
+        )
+
+
 def test_running_container_devices(host: Any, facts: HostFacts) -> None:
     """The container has the profile's device nodes and groups (what `docker run` got)."""
     inspect = running_container(host, facts)

@@ -129,6 +129,11 @@ def render_vars(profile: Profile) -> dict[str, Any]:
         **spec_vars(spec),
         "sglang_service_lock_dir": lock_dir_vars(profile),
         "sglang_service_env_forbidden": sorted(profile.env_forbidden),
+        # The file that reports the driver's version (host.driver): the gate records the version
+        # it passed with, and a later change of it is a change the gate must pass again.
+        "sglang_service_driver_version_file": (host.driver.version_file or "")
+        if host.driver
+        else "",
         "sglang_service_collective": collective_vars(profile),
         # The values only; their sources stay in the profile.
         "sglang_service_comm_debug_env": {
