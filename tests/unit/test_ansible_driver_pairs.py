@@ -87,7 +87,5 @@ def test_the_gate_records_its_driver_and_a_new_driver_is_pending(tmp_path: Path)
         (IMAGE, "6.16.6"),
         (OTHER, "6.16.6"),
     ]  # sglang_service_validated_keep: 2
-    # A driver not loaded (or an arch without a version file, cpu): nothing to compare.
-    version.unlink()
-    seen, _ = run()
-    assert seen == {"version": "", "changed": False, "validated": "6.16.6"}
+    # A driver not loaded, or an arch without a version file (cpu, whose e2e rollouts record
+    # driver_version ''), gives '' and nothing to compare (tasks/driver.yml).
