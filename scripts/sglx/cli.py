@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable, Sequence
 from types import FrameType
 
-from sglx import __version__, ansible_cli, arch_cli, base_cli, model_cli, tuned_cli
+from sglx import __version__, ansible_cli, arch_cli, base_cli, model_cli, trace_cli, tuned_cli
 from sglx.bundle import cli as bundle_cli
 from sglx.cli_shared import EPILOG, Subparsers
 from sglx.failures import (
@@ -48,6 +48,7 @@ GROUPS: tuple[Register, ...] = (
     image_cli.register,
     weights_cli.register,
     tuned_cli.register,
+    trace_cli.register,
     scan_cli.register,
     bundle_cli.register,
     ansible_cli.register,

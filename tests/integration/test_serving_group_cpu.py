@@ -18,12 +18,19 @@ tokens to one tensor-parallel step).
 from __future__ import annotations
 
 import contextlib
+import gzip
+import io
+import json
+import subprocess
+import tarfile
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers.engine_fixtures import free_port
+from docker.errors import DockerException
+from helpers.engine_fixtures import SGLX, free_port
 from helpers.server import http, wait_healthy
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -84,7 +91,7 @@ def _group(
 
 
 def test_two_nodes_serve_the_single_rank_tokens(
-    docker: Any, cpu_image: dict[str, Any], run_id: str
+    docker: Any, cpu_image: dict[str, Any], run_id: str, tmp_path: Path
 ) -> None:
     port = free_port()
     with servers(
@@ -106,6 +113,41 @@ def test_two_nodes_serve_the_single_rank_tokens(
             alive=lambda: all(docker.containers.get(c.id).status == "running" for c in group),
         )
         _same_greedy_tokens(reference, _completion(port))
+        # Seed S0-36 on a real trace: rank 0 profiled through sglang's own /start_profile
+        # (docs/reference/profiling.md) while it serves, its trace read by `sglx trace
+        # comm-share`: the group's all-reduces are gloo's, on the host side of the trace.
+        trace = _profiled_trace(port, group[0], tmp_path)
+        done = subprocess.run([SGLX, "trace", "comm-share", str(trace), "--arch", "cpu", "--json"],
+                              capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+        code, out = done.returncode, json.loads(done.stdout)
+        (share,) = out["data"]["traces"]
+        assert share["side"] == "host" and 0 < share["comm_ms"] <= share["busy_ms"], share
+        assert any(t["name"].startswith(("gloo:", "c10d::")) for t in share["top"]), share
+        assert code == (1 if share["share"] > out["data"]["max_share"] else 0), out
+
+
+def _profiled_trace(port: int, node: Any, tmp_path: Path) -> Path:
+    """Three profiled steps of a completion on `node`, its trace copied out of the container."""
+    folder = "/tmp/sglx-profile"
+    body = {"output_dir": folder, "num_steps": 3, "activities": ["CPU"], "profile_prefix": "comm"}
+    status, answer = http(f"http://127.0.0.1:{port}/start_profile", body)
+    assert status == 200, answer
+    _completion(port)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        time.sleep(1)
+        try:
+            stream, _ = node.get_archive(folder)
+            with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
+                for member in tar:
+                    if member.isfile() and member.name.endswith(".trace.json.gz"):
+                        data = tar.extractfile(member).read()  # type: ignore[union-attr]
+                        gzip.decompress(data)  # whole once it reads back
+                        (tmp_path / "rank0.trace.json.gz").write_bytes(data)
+                        return tmp_path / "rank0.trace.json.gz"
+        except (OSError, EOFError, tarfile.TarError, DockerException):
+            continue
+    raise AssertionError(f"no trace in {folder} of {node.name} after 120 s")
 
 
 def test_a_node_with_another_flag_fails_both_nodes_naming_it(

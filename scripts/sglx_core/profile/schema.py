@@ -6,6 +6,7 @@ documentation: `sglx arch schema` renders them into docs/reference/profile.md.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from fnmatch import fnmatchcase
 from typing import Annotated, Any, Literal
@@ -977,6 +978,41 @@ class GateVendor(_Strict):
         return self
 
 
+class CommShare(_Strict):
+    """How much of a served step's time goes to communication, read from a torch-profiler trace
+    of the server (`sglx trace comm-share`, sglx_core/comm_share.py): seed S0-36's check of
+    a multi-card server (all-reduce above 30% of step time: change the parallel strategy)."""
+
+    max_share: float = Field(
+        default=0.30,
+        gt=0,
+        le=1,
+        description="Share of the busy time above which the trace is a finding.",
+    )
+    patterns: tuple[Text, ...] = Field(
+        default=(),
+        description="Regular expressions (case-insensitive) matching the names of the "
+        "collective library's kernels and ops in a trace.",
+    )
+    fixes: tuple[Text, ...] = Field(
+        default=(),
+        description="What to try when the share is above max_share (the finding's hint).",
+    )
+    source: Text = Field(default="derived", description="Where the threshold and names come from.")
+
+    @field_validator("patterns")
+    @classmethod
+    def _compiles(cls, patterns: tuple[str, ...]) -> tuple[str, ...]:
+        for pattern in patterns:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(
+                    f"pattern {pattern!r} is not a regular expression ({exc})"
+                ) from None
+        return patterns
+
+
 class Gate(_Strict):
     """What a host must serve before it joins the fleet, beyond /health."""
 
@@ -984,6 +1020,7 @@ class Gate(_Strict):
     vendor: GateVendor = Field(default_factory=GateVendor)
     collective: GateCollective = Field(default_factory=GateCollective)
     speed: GateSpeed = Field(default_factory=GateSpeed)
+    comm_share: CommShare = Field(default_factory=CommShare)
 
 
 SglangOp = Literal["rms_norm", "silu_and_mul", "gelu_and_mul", "rotary_embedding"]
