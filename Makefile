@@ -9,10 +9,11 @@ export VENV
 BIN := $(VENV)/bin
 SGLX := $(BIN)/sglx
 PYTEST_ARGS ?=
-# make test's pytest-xdist workers. 1 (the default): none, the cpu image chain built in a thread
-# beside the unit tests; on two cores that is faster than two workers, whose engine work slows
-# each other's (tests/helpers/worker_schedule.py orders the run either way).
-TEST_WORKERS ?= 1
+# make test's pytest-xdist workers. 2 (the default): the e2e module on one, the unit and engine
+# tests beside it on the other, niced; 1: none, the cpu image chain built in a thread beside the
+# unit tests (tests/helpers/worker_schedule.py orders the run either way, and says what each
+# took on CI's two cores).
+TEST_WORKERS ?= 2
 BENCH ?= image
 
 .PHONY: help setup test e2e lint unit docs validate image prune bundle bench rollout check-hosts

@@ -11,6 +11,7 @@ import json
 import re
 import shlex
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -133,6 +134,46 @@ def docker(host: Any, *args: str) -> Any:
     return host.run("docker " + " ".join(shlex.quote(a) for a in args))
 
 
+def held_image(host: Any, ids: Sequence[str]) -> str | None:
+    """The id the engine holds an image under, given its ids (a bundle's config digest and
+    manifest digest: Docker's containerd image store finds an image by the second only);
+    None when it holds none of them."""
+    for image in filter(None, ids):
+        done = docker(host, "image", "inspect", "--format", "{{.Id}}", image)
+        if done.rc == 0 and done.stdout.strip():
+            return image
+    return None
+
+
+def bundle_image_ids(manifest: dict[str, Any]) -> list[str]:
+    """The ids a bundle.json names its image by: its config digest, then its manifest digest
+    (absent from bundles made before it was recorded)."""
+    image = manifest["image"]
+    return [
+        str(image["id"]),
+        *([str(image["manifest_digest"])] if image.get("manifest_digest") else []),
+    ]
+
+
+def deployed_image_ids(deployed: dict[str, Any] | None) -> list[str]:
+    """The ids the record of the last passed gate names the image by: the id the unit runs
+    (`engine_image`, recorded since the containerd store is handled), then its config digest."""
+    record = deployed or {}
+    return [str(record[key]) for key in ("engine_image", "image_id") if record.get(key)]
+
+
+def content_image_id(host: Any, facts: HostFacts, inspect: dict[str, Any]) -> str:
+    """The config digest of the image a container runs: what names its JIT cache folder and
+    what a group's hosts compare. The container names the id the engine holds it under (its
+    manifest digest on Docker's containerd image store); the record of the last passed gate
+    pairs the two."""
+    running = str(inspect["Image"])
+    deployed = read_json(host, str(facts["sglang_service_state_file"])) or {}
+    if deployed.get("engine_image") == running and deployed.get("image_id"):
+        return str(deployed["image_id"])
+    return running
+
+
 def image_arch(host: Any, image: str) -> str | None:
     """The arch an sglx image was built for (its io.sglx.arch label); None if it is absent."""
     done = docker(
@@ -203,7 +244,7 @@ def fingerprint(host: Any, facts: HostFacts) -> dict[str, str]:
     per-node values are left out either way, by the profile's `ranks` lists."""
     found: dict[str, str] = {}
     inspect = container_inspect(host, facts)
-    found["image"] = str(inspect["Image"]) if inspect else "(no container)"
+    found["image"] = content_image_id(host, facts, inspect) if inspect else "(no container)"
     deployed = read_json(host, str(facts["sglang_service_state_file"])) or {}
     found["bundle"] = str(deployed.get("bundle_digest", "(none recorded)"))
     server = server_process(host, facts)

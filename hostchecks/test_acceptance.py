@@ -18,11 +18,15 @@ import testinfra
 from facts import HostFacts, host_facts
 from probes import (
     below_floor,
+    bundle_image_ids,
     bundle_manifest,
     container_inspect,
+    content_image_id,
+    deployed_image_ids,
     differences,
     docker,
     fingerprint,
+    held_image,
     image_arch,
     install_record,
     last_refusal,
@@ -68,15 +72,16 @@ def test_bundle_image_present(host: Any, facts: HostFacts, bundle_dir: Path | No
     deployed = read_json(host, str(facts["sglang_service_state_file"]))
     if bundle_dir is not None:
         manifest, digest = bundle_manifest(bundle_dir)
-        image = str(manifest["image"]["id"])
+        image, ids = str(manifest["image"]["id"]), bundle_image_ids(manifest)
         running = (deployed or {}).get("bundle_digest", "(none recorded)")
         if running != digest:
             problem(f"runs bundle {running}, not {digest}", ROLLOUT)
     elif deployed is None:
         problem(f"{facts['sglang_service_state_file']} is missing: no rollout passed here", ROLLOUT)
     else:
-        image = str(deployed.get("image_id", ""))
-    arch = image_arch(host, image)
+        image, ids = str(deployed.get("image_id", "")), deployed_image_ids(deployed)
+    held = held_image(host, ids)
+    arch = None if held is None else image_arch(host, held)
     if arch is None:
         problem(f"the engine lacks image {image}", ROLLOUT)
     if arch != facts.arch:
@@ -251,7 +256,7 @@ def test_running_container_mounts_its_jit_cache(host: Any, facts: HostFacts) -> 
         pytest.skip("the profile has no node-local JIT cache (vars rendered before it existed)")
     inspect = running_container(host, facts)
     root = str(facts.vars.get("sglang_service_jit_cache_root") or cache["host_root"])
-    folder = host_folder(root, str(inspect["Image"]))
+    folder = host_folder(root, content_image_id(host, facts, inspect))
     wrong = []
     found = host.file(folder)
     if found.is_symlink or (found.exists and not found.is_directory):
@@ -381,7 +386,7 @@ def test_served_speed(host: Any, facts: HostFacts, request: pytest.FixtureReques
         )
     if isinstance(mine, SglxError):
         problem(mine.message, mine.hint or ROLLOUT)
-    running = fleet_key(inspect["Image"], inspect["Args"] or [])
+    running = fleet_key(content_image_id(host, facts, inspect), inspect["Args"] or [])
     if mine.fleet != running:
         problem(
             f"the last speed record ({mine.measured_at}) measured fleet {mine.fleet}, not the "

@@ -15,10 +15,23 @@ from typing import Any
 import pytest
 import vendor
 from facts import HostFacts, host_versions
-from probes import bundle_manifest, container_inspect, docker, image_arch, problem, read_json
+from probes import (
+    bundle_image_ids,
+    bundle_manifest,
+    container_inspect,
+    deployed_image_ids,
+    docker,
+    held_image,
+    image_arch,
+    problem,
+    read_json,
+)
 
 from sglx.gate.vendor import amd_smi, rccl_tests, rvs, xpu_smi
 from sglx.gate.vendor.result import ToolResult
+from sglx_core.engines import engine_from, names_tested
+from sglx_core.errors import SglxError
+from sglx_core.untrusted import parse_json
 
 pytestmark = pytest.mark.preflight
 
@@ -190,12 +203,27 @@ def test_service_environment_file(host: Any, facts: HostFacts) -> None:
         problem(f"{file.path}: {'; '.join(wrong)}", SITE)
 
 
-def test_container_engine(host: Any) -> None:
-    done = docker(host, "version", "--format", "{{.Server.Version}}")
+def test_container_engine(host: Any, facts: HostFacts) -> None:
+    """The engine answers, and is one sglx was tested on (product, version and image store,
+    sglx_core.engines), unless the inventory accepts another (`sglx_engine_untested_ok`)."""
+    done = docker(host, "version", "--format", "{{json .Server}}")
     if done.rc != 0:
         problem(
             f"the container engine does not answer ({(done.stderr or done.stdout).strip()[:160]})",
             "start it (systemctl start docker), or run site.yml (container_runtime)",
+        )
+    info = docker(host, "info", "--format", "{{json .DriverStatus}}")
+    try:
+        server = parse_json(done.stdout, path=Path("docker version"), what="engine version")
+        status = parse_json(info.stdout, path=Path("docker info"), what="driver status")
+    except SglxError as exc:
+        problem(exc.message, "check the engine with `docker version` and `docker info`")
+    engine = engine_from(server if isinstance(server, dict) else {}, status or ())
+    if not engine.tested() and not facts.vars.get("sglx_engine_untested_ok"):
+        problem(
+            f"{engine.describe()} is not an engine sglx was tested on ({names_tested()})",
+            "use a tested engine (docs/reference/engines.md), or set sglx_engine_untested_ok: "
+            "true for the host once its rollout passed the serving gate",
         )
 
 
@@ -339,13 +367,12 @@ def _image_on_host(host: Any, facts: HostFacts, bundle_dir: Path | None) -> str:
                 f"the bundle is for arch {manifest['arch']}, this host is {facts.arch}",
                 "check the bundle against the inventory group",
             )
-        image = str(manifest["image"]["id"])
-        if image_arch(host, image) is None:
+        held = held_image(host, bundle_image_ids(manifest))
+        if held is None or image_arch(host, held) is None:
             pytest.skip("the bundle's image is not on this host yet (the rollout loads it)")
-        return image
-    image = str(
-        (read_json(host, str(facts["sglang_service_state_file"])) or {}).get("image_id", "")
-    )
+        return held
+    deployed = read_json(host, str(facts["sglang_service_state_file"]))
+    image = held_image(host, deployed_image_ids(deployed)) or ""
     arch = image_arch(host, image) if image else None
     if arch is None:
         pytest.skip("no sglx image on this host yet (nothing to run sglx-preflight in)")

@@ -29,6 +29,7 @@ import os
 import stat
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -260,6 +261,32 @@ def jit_words(spec: RunSpec, folder: str) -> list[str]:
     variable that names the host folder inside (for the refusal's fix)."""
     assert spec.jit_cache is not None
     return ["-v", f"{folder}:{spec.jit_cache.target}", "-e", f"{HOST_ENV}={folder}"]
+
+
+def lock_folder(spec: RunSpec) -> str | None:
+    """The host folder of the device-init lock the spec mounts (its `-v SOURCE:TARGET:ro`):
+    every installer creates it, since podman, unlike Docker, does not create a missing
+    bind-mount source."""
+    for flag, value in pairwise(spec.lock):
+        if flag == "-v":
+            return value.split(":", 1)[0]
+    return None
+
+
+def make_lock_folder(spec: RunSpec) -> None:
+    """Create the lock folder (root-owned 0755, as the sglang_service role does), if any."""
+    folder = lock_folder(spec)
+    if folder is None:
+        return
+    try:
+        Path(folder).mkdir(mode=0o755, parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SglxError(
+            f"cannot create the device-init lock folder {folder}: {exc.strerror}",
+            hint="run this as root: the started server mounts that folder",
+            code="environment",
+            path=folder,
+        ) from None
 
 
 def make_jit_folder(spec: RunSpec, folder: str) -> bool:

@@ -1,4 +1,5 @@
-"""How `make test` orders the run, alone (the default) or split between pytest-xdist workers.
+"""How `make test` orders the run, split between two pytest-xdist workers (the default) or
+alone.
 
 Alone (`TEST_WORKERS=1`): the cpu chain (base, wheels, image, bundle: about eight minutes, on
 one core mostly) is built in a thread from the run's start (`_cpu_chain_ahead`), and the unit
@@ -10,10 +11,11 @@ minutes that the engine tests after the e2e otherwise waited for), scans the cpu
 scans the upstream images (about a minute and a half that test_image_rocm_upstream otherwise
 spent after the e2e).
 
-On this project's two-core machines that is the faster way: two workers took 45 to 49 minutes
-of CI, one took 32 (31 of them pytest) before its chain moved beside the unit tests: each
-worker's engine work (builds, saves, servers) slowed the other's more than the second worker
-added.
+On this project's two-core machines, alone was once the faster way (two workers took 45 to 49
+minutes of CI, one 32, when the e2e was a third of its length). Since the e2e grew to twenty
+minutes with a quarter of both cores idle, and the engine tests to ten with two fifths idle,
+two workers are: 35:43 of pytest (2026-12-05, all the e2e break cases passing beside the other
+worker's builds) against 39:53 to 42:55 alone, each worker's idle time filled by the other.
 
 With workers (`TEST_WORKERS=2`, `--dist loadfile`): a worker takes whole files, so that a
 module's fixtures are built once, on one worker. Files that share a state of the one Docker
@@ -108,20 +110,23 @@ def _cpu_chain_ahead(request: pytest.FixtureRequest) -> Iterator[None]:
         yield
         return
     from helpers.engine_fixtures import make_cpu_bundle, scan_cpu_bundle
+    from helpers.site_engines import engine_image
     from helpers.vendor_images import (
         build_fixture_images,
         build_upstream_images,
         scan_upstream_images,
     )
 
-    # The vendor image sets (minutes of building each, on the cpu base and wheelhouse only),
-    # built beside the e2e for the modules that run after it; only for a run that has them.
+    # The vendor image sets (minutes of building each, on the cpu base and wheelhouse only) and
+    # the site engines' image, built beside the e2e for the modules that run after it; only
+    # for a run that has them.
     used = {name for item in items for name in item.fixturenames}
     vendor_sets = [
         build
         for fixture, build in (
             ("upstream_set", build_upstream_images),
             ("fixture_set", build_fixture_images),
+            ("sid_engine_image", engine_image),  # the site engines' (about two minutes)
         )
         if fixture in used
     ]

@@ -4,8 +4,9 @@ every host stages before any batch, a host that cannot be staged is named with w
 with the other nodes of its serving group, and the others go on under max_fail_percentage.
 
 A host stages here without an engine: its install record names the bundle as installed and its
-`bundle_install_docker` is /bin/true, so bundle_install finds the image "held" and runs no
-install.sh (the copy, verify and load on real hosts: tests/e2e/test_ansible_rollout.py).
+`bundle_install_docker` is a script that prints every image id asked for, so bundle_install
+finds the image held and runs no install.sh (the copy, verify and load on real hosts:
+tests/e2e/test_ansible_rollout.py).
 """
 
 from __future__ import annotations
@@ -67,10 +68,13 @@ def fleet(tmp_path: Path) -> tuple[dict[str, dict[str, Any]], dict[str, list[str
     """host-a stages; host-b has no bundle; host-c and host-d serve one group, and host-d has
     no bundle."""
     bundle, state = installed_bundle(tmp_path)
+    holding = tmp_path / "docker"
+    holding.write_text('#!/bin/sh\nfor a; do id=$a; done; echo "$id"\n')
+    holding.chmod(0o755)
     good = {
         "sglx_bundle_path": str(bundle),
         "bundle_install_state_dir": str(state),
-        "bundle_install_docker": "/bin/true",
+        "bundle_install_docker": str(holding),
     }
     missing = {**good, "sglx_bundle_path": str(tmp_path / "nowhere")}
     hosts = {

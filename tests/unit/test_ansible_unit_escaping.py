@@ -344,11 +344,15 @@ REFUSED: dict[str, tuple[dict[str, Any], str]] = {
     ),
     "image-not-an-id": (
         {"sglang_service_image": "probe/tiny:1; touch /tmp/pwned"},
-        'sglang_service_image is "probe/tiny:1; touch /tmp/pwned", not an image id (sha256: '
-        "and 64 lowercase hex digits): rollout.yml sets it from the bundle "
-        "(bundle_install_image_id); set it to the id of an image the engine holds (`docker image "
-        "inspect --format "
-        "'{{.Id}}' IMAGE`)",
+        "sglang_service_image (or sglang_service_engine_image) is "
+        '["probe/tiny:1; touch /tmp/pwned", ""], not an image id (sha256: and 64 lowercase hex '
+        "digits): rollout.yml sets them from the bundle (bundle_install_image_id, "
+        "bundle_install_engine_image_id); set them to the id of an image the engine holds "
+        "(`docker image inspect --format '{{.Id}}' IMAGE`)",
+    ),
+    "engine-image-not-an-id": (
+        {"sglang_service_engine_image": "sha256:" + "a" * 64 + " --privileged"},
+        "not an image id (sha256: and 64 lowercase hex digits)",
     ),
     "security-opt-newline": (
         {"sglang_service_run_options": ["--security-opt", "seccomp=unconfined" + INJECT]},

@@ -223,10 +223,12 @@ def via_unit(arch: str) -> dict[str, Any]:
 
 
 def fake_bin(folder: Path, record: Path) -> Path:
-    """`docker` that has every image and records a run's argv; `getent` that answers GIDS."""
+    """`docker` that has every image (`image inspect` prints the id asked for) and records a
+    run's argv; `getent` that answers GIDS."""
     folder.mkdir()
     (folder / "docker").write_text(
-        f'#!/bin/sh\n[ "$1" = image ] && exit 0\nprintf \'%s\\0\' "$@" > {record}\n'
+        '#!/bin/sh\nif [ "$1" = image ]; then for a; do id=$a; done; echo "$id"; exit 0; fi\n'
+        f"printf '%s\\0' \"$@\" > {record}\n"
     )
     table = "".join(f'  {name}) echo "{name}:x:{gid}:" ;;\n' for name, gid in GIDS.items())
     (folder / "getent").write_text(

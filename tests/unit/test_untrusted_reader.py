@@ -69,7 +69,6 @@ def test_documents_within_the_bounds_read_back_as_written(document: object) -> N
 # Call sites that parse JSON without the untrusted reader, each with why its input is sglx's own.
 # A new one fails the test below until it reads through sglx_core.untrusted or is listed here.
 TRUSTED_JSON = {
-    "scripts/sglx/bundle/savefilter.py": "the engine's own `docker save` stream, ValueError caught",
     "scripts/sglx/bundle/layers.py": "the engine's layer metadata on this host",
     "scripts/sglx/image/prune.py": "sglx's own build records",
     "scripts/sglx/image/build.py": "the build's own probe, run in the image it just built",

@@ -25,7 +25,11 @@ from sglx_core.profile import load_profile
 DIGEST = "sha256:" + "5e" * 32
 WEIGHTS = {"model.safetensors": os.urandom(4096), "sglx-weights.json": b"{}\n"}
 SAY = "digest={{ bundle_install_weights_digest }}"
-FAKE_DOCKER = '#!/bin/sh\necho "$*" >>"$(dirname "$0")/calls"\nexit 0\n'  # holds every image
+# Holds every image: `image inspect` prints the (last) id asked for, as an engine that has it.
+FAKE_DOCKER = (
+    '#!/bin/sh\necho "$*" >>"$(dirname "$0")/calls"\n'
+    'if [ "$1" = image ]; then for a; do id=$a; done; echo "$id"; fi\nexit 0\n'
+)
 
 
 def weights_bundle(where: Path) -> Path:

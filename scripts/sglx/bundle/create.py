@@ -314,6 +314,15 @@ def _fill(
         stream.run(_save_stream(client, ref, progress))
     )
     entries_of_layers = stream.recorded()
+    if entries_of_layers is None or stream.identity is None:
+        # Without its layers and digests the bundle could not be installed where the engine
+        # names images by their manifest, nor be a delta's parent.
+        raise SglxError(
+            f"the image archive of {ref} could not be read as it was saved: {stream.problem}",
+            hint="report the engine's `docker version` and `docker info`; a bundle needs the "
+            "archive's config, manifest and layers",
+            code="environment",
+        )
     if stream.unidentified:
         progress(
             f"{len(stream.unidentified)} layer folders could not be named before their bytes "
@@ -328,14 +337,14 @@ def _fill(
             hint="create the bundle without --exclude-base",
             code="environment",
         )
-    if entries_of_layers is None:
-        progress(f"the image's layers are not recorded in bundle.json: {stream.problem}")
-    elif layers.drop and all(layer.carried for layer in entries_of_layers):
+    if layers.drop and all(layer.carried for layer in entries_of_layers):
         raise SglxError(
             f"none of the {len(layers.drop)} layers {ref} shares with --since or its base could "
             "be told apart in the docker save stream, so the bundle would carry them all",
-            hint="create a full bundle (without --since or --exclude-base); they need the "
-            "classic `docker save` format of Docker 20.10",
+            hint="create a full bundle (without --since or --exclude-base): a delta needs the "
+            "layers saved uncompressed (Docker 20.10's archive, the classic store's OCI layout, "
+            "or layers the containerd store loaded from either), not the containerd store's "
+            "own compressed builds",
             code="environment",
         )
     for chunk in written.chunks:
@@ -343,7 +352,8 @@ def _fill(
     progress(f"image archive: {layout.human(written.size)} in {len(written.chunks)} chunks")
     record = ImageRecord(
         ref=ref,
-        id=image.id,
+        id=stream.identity.config_digest,
+        manifest_digest=stream.identity.manifest_digest,
         archive=layout.IMAGE_ARCHIVE,
         size=written.size,
         chunk_size=options.chunk_size,
@@ -377,7 +387,7 @@ def _fill(
         # the engine: the report is of the bytes the bundle carries, and twice as quick.
         scan_result = scan_archive(
             written_archive(stage, record),
-            {"kind": "image", "ref": ref, "id": image.id},
+            {"kind": "image", "ref": ref, "id": record.id},
             rules=Rules.from_profile(profile),
             jobs=default_jobs(),
             progress=progress,
@@ -428,7 +438,7 @@ def _fill(
         profile,
         version=__version__,
         image_ref=ref,
-        image_id=image.id,
+        image_id=record.id,
         chunks=record.chunks,
         weights=None if weights is None else weights.record,
         weights_files=() if weights is None else weights.stored,

@@ -45,6 +45,7 @@ from sglx.bundle.weights_store import (
     store_entry,
 )
 from sglx.engine import docker_client
+from sglx.image_identity import engine_of, held_id
 from sglx.progress import Progress
 from sglx_core.errors import SglxError
 from sglx_core.jit_cache import ROOT_ENV
@@ -233,7 +234,9 @@ def _plan(
     except SglxError:
         return None
     _check_asked(manifest, options)
-    has_image = _engine_has(client, manifest.image.id)
+    has_image = _held(client, manifest) is not None
+    if not has_image:
+        _check_store(client, manifest)
     # A delta loads only where the engine holds the layers it takes from its parent, and a
     # bundle without its base's layers only where it holds the base's: refused before anything
     # is hashed, written or loaded, naming the bundle to install or the base to load first.
@@ -321,14 +324,26 @@ def _check_asked(manifest: BundleManifest, options: InstallOptions) -> None:
         )
 
 
-def _engine_has(client: Any, image_id: str) -> bool:
-    from docker.errors import ImageNotFound
+def _held(client: Any, manifest: BundleManifest) -> str | None:
+    """The id the engine holds the bundle's image under (sglx.image_identity), or None."""
+    return held_id(client, manifest.image.id, manifest.image.manifest_digest)
 
-    try:
-        client.images.get(image_id)
-    except ImageNotFound:
-        return False
-    return True
+
+def _check_store(client: Any, manifest: BundleManifest) -> None:
+    """Refused before the load: a bundle that names its image by the config digest only,
+    on an engine that names images by their manifest (it would load and then not find it)."""
+    if manifest.image.manifest_digest is not None:
+        return
+    engine = engine_of(client)
+    if engine.containerd_store:
+        raise SglxError(
+            f"this bundle names its image by its config digest only ({manifest.image.id}), "
+            f"which the engine ({engine.describe()}) does not report: it would load the image "
+            "and then not find it",
+            hint="re-create the bundle with this sglx (its bundles record the manifest digest "
+            "too), or install on an engine with the classic image store",
+            code="environment",
+        )
 
 
 def _load(client: Any, bundle: Path, manifest: BundleManifest, progress: Progress) -> None:
@@ -353,10 +368,14 @@ def _load(client: Any, bundle: Path, manifest: BundleManifest, progress: Progres
             hint="check the engine with `docker info` and its free space",
             code="environment",
         ) from None
-    if not _engine_has(client, manifest.image.id):
+    if _held(client, manifest) is None:
+        image = manifest.image
         raise SglxError(
-            f"after docker load the engine has no image {manifest.image.id}",
-            hint="re-copy the bundle and run install again",
+            f"after docker load the engine ({engine_of(client).describe()}) names the image by "
+            f"neither its config digest {image.id} nor its manifest digest "
+            f"{image.manifest_digest or '(not recorded)'}",
+            hint="the bundle verified, so the engine loaded it under another id: report "
+            "`docker version` and `docker info` with this message",
             code="environment",
         )
 
@@ -525,7 +544,14 @@ def _docker_run(
     profile baked into its image), the groups by this host's GIDs where the profile says so,
     and the JIT cache folder it mounts, created here (None for a spec without one); or no line
     and the reason (a bundle older than meta/run.json, a group the host lacks)."""
-    from sglx.run_spec import RunSpec, Site, docker_run_words, host_gids, jit_folder
+    from sglx.run_spec import (
+        RunSpec,
+        Site,
+        docker_run_words,
+        host_gids,
+        jit_folder,
+        make_lock_folder,
+    )
 
     if jit_root is None and (env := os.environ.get(ROOT_ENV)):
         jit_root = Path(env)
@@ -557,6 +583,7 @@ def _docker_run(
         from sglx.run_spec import make_jit_folder
 
         make_jit_folder(run, folder)
+    make_lock_folder(run)
     return docker_run_words(run, site), "", folder
 
 

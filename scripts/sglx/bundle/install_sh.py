@@ -54,7 +54,7 @@ from pydantic import StringConstraints
 from sglx import base_archive
 from sglx.bundle import install_sh_weights, layout, manifest, record
 from sglx.bundle.install_sh_values import fill, plain
-from sglx.run_spec import Site, head_words, run_spec, tail_words
+from sglx.run_spec import Site, head_words, lock_folder, run_spec, tail_words
 from sglx_core.errors import SglxError
 from sglx_core.jit_cache import ROOT_ENV, folder_name
 from sglx_core.profile import Profile
@@ -85,7 +85,10 @@ TEMPLATE = Template(
 #   or one whose report has findings; without it either stops the install ($$SGLX_NO_SCAN=1 too).
 set -eu
 image_ref=$image_ref
+# The image's config digest and manifest digest: Docker's classic store and podman name the
+# image by the first, Docker's containerd store by the second (sglx.image_identity).
 image_id=$image_id
+manifest_id=$manifest_id
 # `docker run` from the bundle's run spec (meta/run.json): the groups go between head and tail,
 # by name, or by this host's numeric GID where the profile says so (devices.numeric_gids).
 run_head=$run_head
@@ -98,6 +101,8 @@ jit_root=$${$jit_root_env:-$jit_root_default}
 models_root=$${$models_root_env:-$models_root_default}
 jit_name=$jit_name
 jit_uid=$jit_uid
+# The device-init lock folder the line mounts (container.lock_dir.source).
+lock_dir=$lock_dir
 # bundle.json's path rule (sglx.bundle.manifest.RelPath) and image reference rule, as ERE.
 rel_path=$rel_path
 ref_pattern=$ref_pattern
@@ -169,9 +174,31 @@ printf '%s\n' "$$models_root" | LC_ALL=C grep -Exq -e '(/[A-Za-z0-9_.-]+)+' &&
 case $$state in /*) ;; *) state=$$PWD/$$state ;; esac
 { [ "$${#image_ref}" -le 255 ] && [ "$$(printf '%s' "$$image_ref" | wc -l)" -eq 0 ] &&
   printf '%s\n' "$$image_ref" | LC_ALL=C grep -Exq -e "$$ref_pattern" &&
-  printf '%s\n' "$$image_id" | LC_ALL=C grep -Exq -e 'sha256:[0-9a-f]{64}'; } ||
+  printf '%s\n' "$$image_id" | LC_ALL=C grep -Exq -e 'sha256:[0-9a-f]{64}' &&
+  { [ -z "$$manifest_id" ] ||
+    printf '%s\n' "$$manifest_id" | LC_ALL=C grep -Exq -e 'sha256:[0-9a-f]{64}'; }; } ||
   die "this install.sh names the image $$(q "$$image_ref") ($$(q "$$image_id")), which is" \
     "not an image reference and id: $$recopy" 1
+# held_id: prints the id the engine holds the image under (its config or manifest digest;
+# podman prints it without sha256:), status 1 when it holds neither.
+held_id() {
+  for id in "$$image_id" $$manifest_id; do
+    got=$$(docker image inspect --format '{{.Id}}' "$$id" 2>/dev/null) || continue
+    case $$got in sha256:*) ;; *) got=sha256:$$got ;; esac
+    if [ "$$got" = "$$image_id" ] || [ "$$got" = "$$manifest_id" ]; then
+      printf '%s\n' "$$got"
+      return 0
+    fi
+  done
+  return 1
+}
+# The engine as a refusal names it: its version and image store.
+engine_named() {
+  docker info --format '{{.ServerVersion}} {{json .DriverStatus}}' 2>/dev/null |
+    sed -e 's/ .*io\.containerd\.snapshotter\.v1.*/ (containerd image store)/' \
+      -e 's/ \[.*/ (classic image store)/' -e 's/ null$$/ (classic image store)/' |
+    LC_ALL=C tr -c '[:print:]\n' '?'
+}
 # sha256_of FILE: sets sha to FILE's sha256 (64 hex digits), read on stdin so that no name is
 # parsed back from the hasher's output (`HEX *stdin` from `openssl dgst -r`, 1.1 and 3 alike;
 # `HEX  -` from sha256sum); status 1 and sha empty when it cannot be read.
@@ -404,17 +431,25 @@ for group in $$run_groups; do
 done
 run_line="$$run_line $$run_tail"
 $weights_before_load
-if docker image inspect "$$image_id" >/dev/null 2>&1; then
-  say "the engine already has image $$(q "$$image_id"): not loading it again"
+if held=$$(held_id); then
+  say "the engine already has image $$(q "$$held"): not loading it again"
 else
+  if [ -z "$$manifest_id" ] && engine_named | grep -q 'containerd image store'; then
+    die "this bundle names its image by its config digest only, which the engine \
+($$(engine_named)) does not report: it would load the image and then not find it" \
+      "re-create the bundle with this sglx (its bundles record the manifest digest too), or \
+install on an engine with the classic image store" 2
+  fi
 $base_check
 $parent_check
   say "loading $$(q "$$image_ref") from $chunk_count chunks"
   record_said=
   cat -- $chunks | docker load >&2 ||
     die "docker load failed" "check the engine with \`docker info\` and its free space"
-  docker image inspect "$$image_id" >/dev/null 2>&1 ||
-    die "the loaded image is not $$(q "$$image_id")" "$$recopy"
+  held=$$(held_id) ||
+    die "after docker load the engine ($$(engine_named)) names the image by neither \
+$$(q "$$image_id") nor $$(q "$$manifest_id")" "the bundle verified, so the engine loaded it \
+under another id: report \`docker version\` and \`docker info\` with this message"
 fi
 $weights_after_load
 record_write
@@ -428,6 +463,9 @@ if [ "$$door" != bundle_install ]; then
     die "cannot create the JIT cache folder $$(q "$$jit_dir") owned by uid $$jit_uid, mode 0700" \
       "run install.sh as root, or pass --jit-root DIR (a folder this user may chown in)"
   say "the JIT cache folder of this image: $$(q "$$jit_dir") (uid $$jit_uid, mode 0700)"
+  # podman does not create a missing bind-mount source, as Docker does.
+  [ -z "$$lock_dir" ] || mkdir -p -m 0755 -- "$$lock_dir" ||
+    die "cannot create the device-init lock folder $$(q "$$lock_dir")" "run install.sh as root"
 fi
 run_line=$$(printf '%s\n' "$$run_line" | sed -e "s|$jit_mark|$$jit_root|g" \
   -e "s|$models_mark|$$models_root|g")
@@ -750,6 +788,7 @@ def render(
         version=plain(version, "the sglx version"),
         image_ref=shlex.quote(image_ref),
         image_id=shlex.quote(image_id),
+        manifest_id=shlex.quote("" if image is None else image.manifest_digest or ""),
         run_head=shlex.quote(shlex.join(head)),
         run_tail=shlex.quote(shlex.join(tail)),
         run_groups=shlex.quote(" ".join(spec.groups)),
@@ -758,6 +797,7 @@ def render(
         jit_mark=JIT_MARK,
         jit_name=folder_name(image_id),
         jit_uid=spec.jit_cache.uid,
+        lock_dir=shlex.quote(plain(lock_folder(spec) or "", "the device-init lock folder")),
         numeric_gids=int(spec.numeric_gids),
         rel_path=shlex.quote(REL_PATH_ERE),
         ref_pattern=shlex.quote(REF_ERE),

@@ -106,12 +106,15 @@ class BaseRecord(_Record):
 
 
 class ImageRecord(_Record):
-    """The image: its engine id, the tag it was saved under and the archive's chunks in order;
-    its layers (bundles made before they were recorded have none), for a delta its parent,
-    and for a bundle that leaves out its base's layers that base."""
+    """The image: its config digest (`id`, the image id of Docker's classic store and podman)
+    and its manifest digest (the image id of Docker's containerd store; bundles made before it
+    was recorded have none), the tag it was saved under and the archive's chunks in order; its
+    layers (bundles made before they were recorded have none), for a delta its parent, and for
+    a bundle that leaves out its base's layers that base (sglx.image_identity)."""
 
     ref: str
     id: ImageId
+    manifest_digest: ImageId | None = None
     archive: RelPath
     size: int = Field(ge=0)
     chunk_size: int = Field(ge=layout.MIN_CHUNK_SIZE)
@@ -201,8 +204,9 @@ class BundleManifest(_Record):
 
 def dump(manifest: BundleManifest) -> bytes:
     data = manifest.model_dump(mode="json")
-    if data["image"]["base"] is None:  # written as before: an older sglx reads it
-        del data["image"]["base"]
+    for key in ("base", "manifest_digest"):
+        if data["image"][key] is None:  # written as before: an older sglx reads it
+            del data["image"][key]
     weights = data.get("weights")
     if weights is not None and weights["carried"] and weights["files"] is None:
         del weights["carried"], weights["files"]  # carried weights are written as before

@@ -2,34 +2,54 @@
 byte for byte, the `layer.tar` of each layer a delta references left out, and its layers
 recorded.
 
-The stream is a tar (Docker 20.10's classic format: one folder per layer with `VERSION`, `json`
-and `layer.tar`, the image config `<id>.json`, `manifest.json`, `repositories`), written in
-name order, so a folder's `json` comes before its `layer.tar`. `layers.identify` names the layer
-from that `json`; its `layer.tar` is then dropped (header, data and padding, and any extended
-header before it) when the engine of a site that holds the parent has it. Nothing is buffered
-but tar headers and the small JSON members; the bytes go on in the blocks they came in.
+The stream is a tar in one of two formats, both with a `manifest.json` that names the config
+and the layers' paths:
+
+- Docker 20.10's classic archive: one folder per layer with `VERSION`, `json` and `layer.tar`,
+  the image config `<hex>.json`, `repositories`; written in name order, so a folder's `json`
+  comes before its `layer.tar`. `layers.identify` names the layer from that `json`; its
+  `layer.tar` is then dropped (header, data and padding, and any extended header before it)
+  when the engine of a site that holds the parent has it.
+- the OCI layout of Docker 25 and later (`index.json`, `oci-layout`, `blobs/sha256/<hex>`),
+  whose layer blobs may be compressed. Its layers are carried whole.
+
+Nothing is buffered but tar headers and the small members (JSON, and blobs of at most
+`MAX_BLOB`, among them the config and the manifests); the bytes go on in the blocks they came
+in.
 
 At the end, `layers()` checks what streamed against the image: `manifest.json` names the one
-image, its config hashes to the image id and lists the engine's diff ids, every folder dropped
-is the layer its name was computed for, and no link kept points at a dropped file. Anything
-else is an error, never a bundle that a site would fail to load.
+image, its config lists the engine's diff ids, the engine's image id is the config's digest or
+the manifest's (`identity`, sglx.image_identity), every folder dropped is the layer its name was
+computed for, and no link kept points at a dropped file. Anything else is an error, never a
+bundle that a site would fail to load.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 from sglx.bundle.layers import chain_ids, identify, link_target
 from sglx.bundle.manifest import LayerEntry
+from sglx.image_identity import digest_of, imported_manifest
 from sglx_core.errors import SglxError
+from sglx_core.untrusted import parse_json
 
 TAR_BLOCK = 512
 MAX_JSON = 16 << 20  # manifest.json and the image config (real ones are a few KiB)
 MAX_LAYER_JSON = 1 << 20  # a layer folder's json
+MAX_BLOB = 1 << 20  # an OCI blob kept to be read (configs and manifests are a few KiB)
+MAX_CAPTURED = 64 << 20  # all members kept to be read, together
+MAX_INDEX_DEPTH = 2  # index.json, then an image index, then the manifest
+_BLOB = re.compile(r"blobs/sha256/([0-9a-f]{64})")
+_CLASSIC_CONFIG = re.compile(r"([0-9a-f]{64})\.json")
+_INDEX_TYPES = (
+    "application/vnd.oci.image.index.v1+json",
+    "application/vnd.docker.distribution.manifest.list.v2+json",
+)
 MAX_EXTENDED = 1 << 20  # a PAX or GNU long-name header's data
 _LAYER = re.compile(r"([0-9a-f]{64})/layer\.tar")
 _LAYER_JSON = re.compile(r"([0-9a-f]{64})/json")
@@ -58,29 +78,36 @@ class _Current:
     extended: bool = False
 
 
+@dataclass(frozen=True)
+class Identity:
+    """The saved image's two digests (sglx.image_identity): its config's and its manifest's."""
+
+    config_digest: str
+    manifest_digest: str
+
+
 @dataclass
 class SaveFilter:
     """`run` passes a save stream through; `layers` says what it held, after the stream.
 
     With chain ids to `drop` (a delta) it filters, and any stream it does not understand is an
     error. Without (a full bundle) every block goes on untouched and the stream is only read
-    beside it: `recorded` is then None when it could not be read as expected, never an error."""
+    beside it: `recorded` is then None when it could not be read as expected (`problem` says
+    why), never an error during the stream."""
 
-    image_id: str
+    engine_id: str  # the image id the engine reports: its config or its manifest digest
     diff_ids: Sequence[str]
     drop: frozenset[str] = frozenset()  # chain ids whose layer.tar the archive leaves out
     members: dict[str, Member] = field(default_factory=dict)
     unidentified: list[str] = field(default_factory=list)  # folders no chain id names
     problem: str | None = None  # why a full bundle's stream could not be read
+    identity: Identity | None = None  # set by layers()
     _captured: dict[str, bytes] = field(default_factory=dict)
     _folders: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._chains = chain_ids(self.diff_ids)
-        hexdigest = self.image_id.removeprefix("sha256:")
-        # Docker 20.10 names the config `<hex>.json`; the OCI layout of later engines,
-        # `blobs/sha256/<hex>`.
-        self._configs = (f"{hexdigest}.json", f"blobs/sha256/{hexdigest}")
+        self._captured_bytes = 0
         self._header_buffer = bytearray()
         self._held = bytearray()  # extended headers waiting for the member they describe
         self._extended: dict[str, str] = {}
@@ -187,20 +214,44 @@ class SaveFilter:
         out = bytes(held) + raw if keep else b""
         held.clear()
         extended.clear()
-        capture = bytearray() if kind in _FILE and size <= self._bound(name) else None
+        capture = None
+        if kind in _FILE and size <= self._bound(name) and self._room(size):
+            capture = bytearray()
         return _Current(member, padded, size, keep, capture), out
 
     def _bound(self, name: str) -> int:
-        if name == "manifest.json" or name in self._configs:
+        if name in ("manifest.json", "index.json") or _CLASSIC_CONFIG.fullmatch(name):
             return MAX_JSON
+        if _BLOB.fullmatch(name):
+            return MAX_BLOB
         return MAX_LAYER_JSON if _LAYER_JSON.fullmatch(name) else -1
 
+    def _room(self, size: int) -> bool:
+        """Whether `size` more bytes may be kept: past MAX_CAPTURED nothing more is (a member
+        that then goes missing is named by `layers()`)."""
+        if self._captured_bytes + size > MAX_CAPTURED:
+            return False
+        self._captured_bytes += size
+        return True
+
     def _droppable(self, name: str) -> bool:
+        if not self.drop:
+            return False
+        blob = _BLOB.fullmatch(name)
+        if blob is not None:
+            return self._blob_droppable(f"sha256:{blob.group(1)}")
         match = _LAYER.fullmatch(name)
-        if match is None or not self.drop:
+        if match is None:
             return False
         index = self._folders.get(match.group(1))
         return index is not None and self._chains[index] in self.drop
+
+    def _blob_droppable(self, digest: str) -> bool:
+        """An OCI blob is a layer's uncompressed tar when its digest is that layer's diff id
+        (the classic store's save, and layers the containerd store loaded from a classic
+        archive); it is left out when every place of that layer in the image is left out."""
+        places = [i for i, diff_id in enumerate(self.diff_ids) if diff_id == digest]
+        return bool(places) and all(self._chains[i] in self.drop for i in places)
 
     def _done(self, current: _Current) -> None:
         member = current.member
@@ -225,12 +276,13 @@ class SaveFilter:
         """The image's layers as the archive holds them, each checked against the image."""
         config_name, paths = self._manifest_layers()
         config = self._captured.get(config_name)
-        if config is None or "sha256:" + hashlib.sha256(config).hexdigest() != self.image_id:
-            raise _stream_error(f"the image config {config_name} is missing or not the image's")
-        try:
-            diff_ids = json.loads(config)["rootfs"]["diff_ids"]
-        except (ValueError, KeyError, TypeError):
-            diff_ids = None
+        if config is None:
+            raise _stream_error(f"the image config {config_name} is missing")
+        config_digest = digest_of(config)
+        if config_name not in _config_names(config_digest):
+            raise _stream_error(f"the image config {config_name} does not hash to its name")
+        rootfs = _parse(config, config_name).get("rootfs")
+        diff_ids = rootfs.get("diff_ids") if isinstance(rootfs, dict) else None
         if diff_ids != list(self.diff_ids) or len(paths) != len(self.diff_ids):
             raise _stream_error("the image config's layers are not the engine's")
         entries: list[LayerEntry] = []
@@ -241,7 +293,11 @@ class SaveFilter:
             match = _LAYER.fullmatch(path)
             folder = match.group(1) if match else None
             named = self._folders.get(folder) if folder else None
-            if (named is not None and named != index) or (not member.kept and named != index):
+            blob = _BLOB.fullmatch(path)
+            if blob is not None:
+                if not member.kept and f"sha256:{blob.group(1)}" != self.diff_ids[index]:
+                    raise _stream_error(f"layer {index} ({path}) left out is not its diff id")
+            elif (named is not None and named != index) or (not member.kept and named != index):
                 raise _stream_error(f"layer {index} ({path}) was identified as layer {named}")
             entries.append(
                 LayerEntry(
@@ -258,19 +314,66 @@ class SaveFilter:
                 target = self.members.get(link_target(member.name, member.linkname))
                 if target is None or not target.kept:
                     raise _stream_error(f"{member.name} links to a file the archive leaves out")
+        manifest_digest = self._manifest_digest(config, config_digest, entries)
+        if self.engine_id not in (config_digest, manifest_digest):
+            raise _stream_error(
+                f"the engine names the image {self.engine_id}, which is neither its config's "
+                f"digest ({config_digest}) nor its manifest's ({manifest_digest})"
+            )
+        self.identity = Identity(config_digest, manifest_digest)
         return tuple(entries)
+
+    def _manifest_digest(
+        self, config: bytes, config_digest: str, layers: Sequence[LayerEntry]
+    ) -> str:
+        """The digest the containerd store names the image by: the one `index.json` names (its
+        blob, when kept, must hash to it and lead to this config), else, for Docker 20.10's
+        archive, that of the manifest the store writes on loading it."""
+        raw = self._captured.get("index.json")
+        if raw is None:
+            layer_digests = [(x.diff_id, x.size) for x in layers]
+            return digest_of(imported_manifest((config_digest, len(config)), layer_digests))
+        manifests = _parse(raw, "index.json").get("manifests")
+        if not isinstance(manifests, list) or len(manifests) != 1:
+            raise _stream_error("index.json does not name one image")
+        digest = _descriptor_digest(manifests[0], "index.json")
+        if not self._leads_to(digest, config_digest, MAX_INDEX_DEPTH):
+            raise _stream_error(f"index.json's image {digest} does not lead to the image config")
+        return digest
+
+    def _leads_to(self, digest: str, config_digest: str, depth: int) -> bool:
+        """Whether the manifest (or image index) blob `digest` names the config, through at most
+        `depth` indexes; a blob the stream did not hold (or held too large to keep) is
+        trusted by its name."""
+        name = f"blobs/sha256/{digest.removeprefix('sha256:')}"
+        raw = self._captured.get(name)
+        if raw is None:
+            return name in self.members
+        if digest_of(raw) != digest:
+            raise _stream_error(f"{name} does not hash to its name")
+        document = _parse(raw, name)
+        if document.get("mediaType") in _INDEX_TYPES or "manifests" in document:
+            children = document.get("manifests")
+            if depth == 0 or not isinstance(children, list):
+                return False
+            return any(
+                self._leads_to(_descriptor_digest(child, name), config_digest, depth - 1)
+                for child in children
+            )
+        config = document.get("config")
+        return isinstance(config, dict) and config.get("digest") == config_digest
 
     def _manifest_layers(self) -> tuple[str, list[str]]:
         raw = self._captured.get("manifest.json")
         try:
-            manifest = json.loads(raw) if raw is not None else None
-        except ValueError:
+            manifest = None if raw is None else parse_json(raw, path=Path("manifest.json"), what="")
+        except SglxError:
             manifest = None
         if (
             not isinstance(manifest, list)
             or len(manifest) != 1
             or not isinstance(manifest[0], dict)
-            or manifest[0].get("Config") not in self._configs
+            or not isinstance(manifest[0].get("Config"), str)
             or not isinstance(manifest[0].get("Layers"), list)
             or not all(isinstance(p, str) for p in manifest[0]["Layers"])
         ):
@@ -282,6 +385,31 @@ class SaveFilter:
             return member.size
         target = self.members.get(link_target(member.name, member.linkname))
         return target.size if target is not None else 0
+
+
+def _config_names(digest: str) -> tuple[str, str]:
+    """Where an archive keeps the config of this digest: Docker 20.10 as `<hex>.json`, the OCI
+    layout of later engines as `blobs/sha256/<hex>`."""
+    hexdigest = digest.removeprefix("sha256:")
+    return (f"{hexdigest}.json", f"blobs/sha256/{hexdigest}")
+
+
+def _parse(raw: bytes, name: str) -> dict[str, Any]:
+    """A JSON object of the stream, through the shared bounded reader."""
+    try:
+        document = parse_json(raw, path=Path(name), what="docker save member")
+    except SglxError as exc:
+        raise _stream_error(exc.message) from None
+    if not isinstance(document, dict):
+        raise _stream_error(f"{name} is not a JSON object")
+    return document
+
+
+def _descriptor_digest(descriptor: object, where: str) -> str:
+    digest = descriptor.get("digest") if isinstance(descriptor, dict) else None
+    if not isinstance(digest, str) or not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
+        raise _stream_error(f"{where} names a manifest without a sha256 digest")
+    return digest
 
 
 def _extended_fields(data: bytes, held: bytearray) -> dict[str, str]:

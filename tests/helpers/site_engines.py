@@ -1,0 +1,164 @@
+"""The engines sites run, as stand-ins beside the suite's own Docker 20.10: Debian sid's
+docker.io 28.5.2 with containerd 2.1.9, its dockerd run in a container of the suite's engine
+(`--cap-add ALL --cap-drop SYS_RESOURCE`, seccomp and AppArmor unconfined: this machine
+refuses `--privileged`), its storage in a volume, its API socket in a host folder, and no
+network.
+
+The engine image is debootstrapped from Debian's own packages once per run (about two minutes,
+mostly downloads) and removed at the run's end (run_shared). An engine container runs with the
+containerd image store on (`features.containerd-snapshotter`, the default of a fresh Docker 29)
+or off (the classic store every Docker before 29 has), and is removed with its volume when its
+fixture ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from helpers.run_shared import Made, once
+
+SUITE = "sid"
+MIRROR = "http://deb.debian.org/debian"
+PACKAGES = ("docker.io", "docker-cli", "containerd", "iptables", "tini", "ca-certificates")
+SOCKET_DIR = "/run/sglx-engine"
+START_TIMEOUT = 90.0
+
+
+def engine_image(
+    config: pytest.Config, tmp_path_factory: pytest.TempPathFactory, run_id: str
+) -> str:
+    """The tag of the run's sid engine image, debootstrapped by the first process that asks
+    (or $SGLX_TEST_ENGINE_IMAGE, an image made so before, which the run leaves alone)."""
+    given = os.environ.get("SGLX_TEST_ENGINE_IMAGE")
+    if given:
+        return given
+
+    def make() -> Made:
+        root = tmp_path_factory.mktemp("engine-rootfs") / "rootfs"
+        tag = f"sglx-test/engine-sid:{run_id}"
+        try:
+            subprocess.run(
+                ["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}", SUITE,
+                 str(root), MIRROR],
+                check=True, capture_output=True, text=True,
+            )  # fmt: skip
+            shutil.rmtree(root / "var/cache/apt/archives", ignore_errors=True)
+            tar = subprocess.Popen(["tar", "-C", str(root), "-c", "."], stdout=subprocess.PIPE)
+            subprocess.run(["docker", "import", "-", tag], stdin=tar.stdout, check=True,
+                           capture_output=True)  # fmt: skip
+            if tar.wait() != 0:
+                raise RuntimeError("tar of the engine rootfs failed")
+        except subprocess.CalledProcessError as exc:
+            raise RuntimeError(f"{exc.cmd[0]} failed: {exc.stderr!s:.2000}") from None
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+        return Made(value=tag, images=[tag])
+
+    return str(once(config, "engine-sid", make))
+
+
+@dataclass(frozen=True)
+class SiteEngine:
+    """A running stand-in engine: `host` is its DOCKER_HOST; `describe` as sglx names it."""
+
+    name: str
+    host: str
+    container: Any
+    containerd_store: bool
+    shared: Path  # a host folder mounted at the same path inside (bundles, records)
+
+    @property
+    def describe(self) -> str:
+        store = "containerd image store" if self.containerd_store else "classic image store"
+        return f"Docker 28.5.2+dfsg4 ({store})"
+
+    def client(self) -> Any:
+        import docker
+
+        return docker.DockerClient(base_url=self.host, timeout=600)
+
+    def sh(self, script: str, *args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
+        """`sh -c script` inside the engine's container, with its own docker CLI (28.5.2)."""
+        env = f"DOCKER_HOST=unix://{SOCKET_DIR}/docker.sock"
+        argv = ["docker", "exec", "-e", env, self.container.name, "sh", "-c", script, "sh", *args]
+        return subprocess.run(argv, capture_output=True, text=True, check=check, timeout=900)
+
+
+@contextlib.contextmanager
+def site_engine(
+    docker: Any, image: str, name: str, folder: Path, *, containerd_store: bool
+) -> Iterator[SiteEngine]:
+    """A dockerd of `image` in a container named `name`; `folder` holds its socket and the
+    shared folder. Removed with its storage volume on exit."""
+    sockets = folder / "sockets"
+    shared = folder / "shared"
+    sockets.mkdir(parents=True)
+    shared.mkdir()
+    daemon = {
+        "features": {"containerd-snapshotter": containerd_store},
+        "iptables": False,
+        "ip6tables": False,
+        "bridge": "none",
+        "hosts": [f"unix://{SOCKET_DIR}/docker.sock"],
+    }
+    (folder / "daemon.json").write_text(json.dumps(daemon))
+    volume = docker.volumes.create(name=f"{name}-storage")
+    container = docker.containers.run(
+        image,
+        ["/usr/bin/tini", "--", "dockerd"],
+        name=name,
+        detach=True,
+        network_mode="none",
+        cap_add=["ALL"],
+        cap_drop=["SYS_RESOURCE"],
+        security_opt=["seccomp=unconfined", "apparmor=unconfined"],
+        volumes={
+            # dockerd's and containerd's storage (/var/lib/docker, /var/lib/containerd): the
+            # overlay snapshotters cannot work on the container's own overlay root.
+            volume.name: {"bind": "/var/lib", "mode": "rw"},
+            str(sockets): {"bind": SOCKET_DIR, "mode": "rw"},
+            str(folder / "daemon.json"): {"bind": "/etc/docker/daemon.json", "mode": "ro"},
+            str(shared): {"bind": str(shared), "mode": "rw"},
+        },
+    )
+    engine = SiteEngine(name, f"unix://{sockets}/docker.sock", container, containerd_store, shared)
+    try:
+        _wait_until_up(engine)
+        yield engine
+    finally:
+        with contextlib.suppress(Exception):
+            container.remove(force=True)
+        with contextlib.suppress(Exception):
+            volume.remove(force=True)
+
+
+def _wait_until_up(engine: SiteEngine) -> None:
+    deadline = time.monotonic() + START_TIMEOUT
+    while True:
+        driver = None
+        with contextlib.suppress(Exception):
+            client = engine.client()
+            driver = dict(client.info().get("DriverStatus") or ())
+            client.close()
+        if driver is not None:
+            on = driver.get("driver-type") == "io.containerd.snapshotter.v1"
+            assert on == engine.containerd_store, f"{engine.name}: DriverStatus {driver}"
+            return
+        engine.container.reload()
+        if engine.container.status != "running" or time.monotonic() > deadline:
+            logs = engine.container.logs(tail=30).decode(errors="replace")
+            raise AssertionError(
+                f"{engine.name} did not come up ({engine.container.status}): {logs}"
+            )
+        time.sleep(0.5)
