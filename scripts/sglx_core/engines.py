@@ -35,6 +35,11 @@ class Engine:
     def containerd_store(self) -> bool:
         return self.store == "containerd"
 
+    @property
+    def cli(self) -> str:
+        """The command a start line names: podman's CLI takes docker's arguments."""
+        return "podman" if self.product == "podman" else "docker"
+
     def describe(self) -> str:
         return f"{self.product} {self.version} ({self.store} image store)"
 

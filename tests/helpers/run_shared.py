@@ -96,13 +96,45 @@ def build_times(config: pytest.Config) -> list[str]:
     ]
 
 
+# Runs that use the engine now, one file each (the controller's pid): an untagged image is only
+# this run's leftover when no other run could have made it meanwhile.
+RUNS_USING_THE_ENGINE = Path(tempfile.gettempdir()) / "sglx-test-runs"
+
+
 def note_engine_images(config: pytest.Config, client: Any) -> None:
     """Remember the engine's image ids the first time a process of the run uses the engine:
-    untagged images that are not among them are this run's leftovers."""
+    untagged images that are not among them are this run's leftovers, unless another run used
+    the engine meanwhile (`RUNS_USING_THE_ENGINE`)."""
     path = shared_folder(config) / ENGINE_BEFORE
     with FileLock(str(path) + ".lock"):
         if not path.exists():
+            RUNS_USING_THE_ENGINE.mkdir(exist_ok=True)
+            (RUNS_USING_THE_ENGINE / str(_controller_pid(config))).touch()
             _write(path, {"ids": [image.id for image in client.images.list(all=True)]})
+
+
+def _controller_pid(config: pytest.Config) -> int:
+    """The pid of the process that started the run (xdist's controller, or pytest itself)."""
+    worker = getattr(config, "workerinput", None)
+    return int(os.getppid()) if worker is not None else os.getpid()
+
+
+def _other_runs_alive(config: pytest.Config) -> list[int]:
+    """The other runs that noted the engine and are still running (stale files removed)."""
+    mine, alive = _controller_pid(config), []
+    for marker in RUNS_USING_THE_ENGINE.glob("*"):
+        pid = int(marker.name) if marker.name.isdigit() else -1
+        if pid == mine:
+            continue
+        try:
+            os.kill(pid, 0)
+        except (ProcessLookupError, ValueError):
+            marker.unlink(missing_ok=True)
+            continue
+        except PermissionError:
+            pass
+        alive.append(pid)
+    return alive
 
 
 def clean_up(config: pytest.Config) -> None:
@@ -131,7 +163,11 @@ def clean_up(config: pytest.Config) -> None:
                 client.images.remove(tag, force=True)
         for path_text in data["paths"]:
             shutil.rmtree(path_text, ignore_errors=True)
-    if before_path.exists():
+    others = _other_runs_alive(config)
+    (RUNS_USING_THE_ENGINE / str(_controller_pid(config))).unlink(missing_ok=True)
+    if before_path.exists() and others:
+        print(f"\nleft the engine's untagged images: other test runs use it (pids {others})")
+    elif before_path.exists():
         before = set(json.loads(before_path.read_text())["ids"])
         for image in client.images.list(filters={"dangling": True}):
             if image.id not in before:

@@ -1,14 +1,14 @@
 """The engines sites run, as stand-ins beside the suite's own Docker 20.10: Debian sid's
-docker.io 28.5.2 with containerd 2.1.9, its dockerd run in a container of the suite's engine
-(`--cap-add ALL --cap-drop SYS_RESOURCE`, seccomp and AppArmor unconfined: this machine
+docker.io 28.5.2 with containerd 2.1.9, and its podman, each run in a container of the suite's
+engine (`--cap-add ALL --cap-drop SYS_RESOURCE`, seccomp and AppArmor unconfined: this machine
 refuses `--privileged`), its storage in a volume, its API socket in a host folder, and no
 network.
 
 The engine image is debootstrapped from Debian's own packages once per run (about two minutes,
-mostly downloads) and removed at the run's end (run_shared). An engine container runs with the
-containerd image store on (`features.containerd-snapshotter`, the default of a fresh Docker 29)
-or off (the classic store every Docker before 29 has), and is removed with its volume when its
-fixture ends.
+mostly downloads) and removed at the run's end (run_shared). An engine container runs dockerd
+with the containerd image store on (`features.containerd-snapshotter`, the default of a fresh
+Docker 29) or off (the classic store every Docker before 29 has), or podman's API service; it
+is removed with its volume when its fixture ends.
 """
 
 from __future__ import annotations
@@ -30,7 +30,15 @@ from helpers.run_shared import Made, once
 
 SUITE = "sid"
 MIRROR = "http://deb.debian.org/debian"
-PACKAGES = ("docker.io", "docker-cli", "containerd", "iptables", "tini", "ca-certificates")
+PACKAGES = (
+    "docker.io",
+    "docker-cli",
+    "containerd",
+    "iptables",
+    "tini",
+    "ca-certificates",
+    "podman",
+)
 SOCKET_DIR = "/run/sglx-engine"
 START_TIMEOUT = 90.0
 
@@ -68,20 +76,36 @@ def engine_image(
     return str(once(config, "engine-sid", make))
 
 
+# The engines the fixture runs: Docker on each image store, and podman (its Docker-compatible
+# API socket, `podman system service`, and its own CLI).
+KINDS = ("containerd-store", "classic-store", "podman")
+DOCKER_VERSION = "28.5.2+dfsg4"
+CONTAINERS_CONF = """[containers]
+netns = "none"
+[engine]
+cgroup_manager = "cgroupfs"
+events_logger = "file"
+"""
+
+
 @dataclass(frozen=True)
 class SiteEngine:
-    """A running stand-in engine: `host` is its DOCKER_HOST; `describe` as sglx names it."""
+    """A running stand-in engine: `host` is its DOCKER_HOST (Docker's socket, or podman's
+    Docker-compatible one); `cli` the command its own CLI answers to inside."""
 
     name: str
+    kind: str
     host: str
     container: Any
-    containerd_store: bool
     shared: Path  # a host folder mounted at the same path inside (bundles, records)
 
     @property
-    def describe(self) -> str:
-        store = "containerd image store" if self.containerd_store else "classic image store"
-        return f"Docker 28.5.2+dfsg4 ({store})"
+    def containerd_store(self) -> bool:
+        return self.kind == "containerd-store"
+
+    @property
+    def cli(self) -> str:
+        return "podman" if self.kind == "podman" else "docker"
 
     def client(self) -> Any:
         import docker
@@ -89,50 +113,65 @@ class SiteEngine:
         return docker.DockerClient(base_url=self.host, timeout=600)
 
     def sh(self, script: str, *args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
-        """`sh -c script` inside the engine's container, with its own docker CLI (28.5.2)."""
-        env = f"DOCKER_HOST=unix://{SOCKET_DIR}/docker.sock"
-        argv = ["docker", "exec", "-e", env, self.container.name, "sh", "-c", script, "sh", *args]
+        """`sh -c script` inside the engine's container, with its own CLI (Docker 28.5.2's, or
+        podman's, which install.sh takes with SGLX_ENGINE=podman)."""
+        env = [f"DOCKER_HOST=unix://{SOCKET_DIR}/docker.sock", f"SGLX_ENGINE={self.cli}"]
+        argv = ["docker", "exec", *(w for e in env for w in ("-e", e)), self.container.name,
+                "sh", "-c", script, "sh", *args]  # fmt: skip
         return subprocess.run(argv, capture_output=True, text=True, check=check, timeout=900)
 
 
 @contextlib.contextmanager
 def site_engine(
-    docker: Any, image: str, name: str, folder: Path, *, containerd_store: bool
+    docker: Any, image: str, name: str, folder: Path, kind: str
 ) -> Iterator[SiteEngine]:
-    """A dockerd of `image` in a container named `name`; `folder` holds its socket and the
-    shared folder. Removed with its storage volume on exit."""
+    """An engine of `kind` (KINDS) in a container of `image` named `name`; `folder` holds its
+    socket and the shared folder. Removed with its storage volume on exit."""
     sockets = folder / "sockets"
     shared = folder / "shared"
     sockets.mkdir(parents=True)
     shared.mkdir()
-    daemon = {
-        "features": {"containerd-snapshotter": containerd_store},
-        "iptables": False,
-        "ip6tables": False,
-        "bridge": "none",
-        "hosts": [f"unix://{SOCKET_DIR}/docker.sock"],
+    volumes = {
+        str(sockets): {"bind": SOCKET_DIR, "mode": "rw"},
+        str(shared): {"bind": str(shared), "mode": "rw"},
     }
-    (folder / "daemon.json").write_text(json.dumps(daemon))
+    if kind == "podman":
+        (folder / "containers.conf").write_text(CONTAINERS_CONF)
+        volumes[str(folder / "containers.conf")] = {
+            "bind": "/etc/containers/containers.conf",
+            "mode": "ro",
+        }
+        socket = f"{SOCKET_DIR}/podman.sock"
+        command = ["podman", "system", "service", "--time=0", f"unix://{socket}"]
+    else:
+        daemon = {
+            "features": {"containerd-snapshotter": kind == "containerd-store"},
+            "iptables": False,
+            "ip6tables": False,
+            "bridge": "none",
+            "hosts": [f"unix://{SOCKET_DIR}/docker.sock"],
+        }
+        (folder / "daemon.json").write_text(json.dumps(daemon))
+        volumes[str(folder / "daemon.json")] = {"bind": "/etc/docker/daemon.json", "mode": "ro"}
+        socket = f"{SOCKET_DIR}/docker.sock"
+        command = ["dockerd"]
     volume = docker.volumes.create(name=f"{name}-storage")
+    # The engines' storage (/var/lib/docker, /var/lib/containerd, /var/lib/containers): the
+    # overlay drivers cannot work on the container's own overlay root.
+    volumes[volume.name] = {"bind": "/var/lib", "mode": "rw"}
     container = docker.containers.run(
         image,
-        ["/usr/bin/tini", "--", "dockerd"],
+        ["/usr/bin/tini", "--", *command],
         name=name,
         detach=True,
         network_mode="none",
         cap_add=["ALL"],
         cap_drop=["SYS_RESOURCE"],
         security_opt=["seccomp=unconfined", "apparmor=unconfined"],
-        volumes={
-            # dockerd's and containerd's storage (/var/lib/docker, /var/lib/containerd): the
-            # overlay snapshotters cannot work on the container's own overlay root.
-            volume.name: {"bind": "/var/lib", "mode": "rw"},
-            str(sockets): {"bind": SOCKET_DIR, "mode": "rw"},
-            str(folder / "daemon.json"): {"bind": "/etc/docker/daemon.json", "mode": "ro"},
-            str(shared): {"bind": str(shared), "mode": "rw"},
-        },
+        volumes=volumes,
     )
-    engine = SiteEngine(name, f"unix://{sockets}/docker.sock", container, containerd_store, shared)
+    host = f"unix://{sockets}/{socket.rsplit('/', 1)[1]}"
+    engine = SiteEngine(name, kind, host, container, shared)
     try:
         _wait_until_up(engine)
         yield engine

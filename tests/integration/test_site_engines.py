@@ -1,14 +1,16 @@
 """Bundles between this machine's Docker 20.10 and the engines sites run: Debian sid's Docker
 28.5.2 (containerd 2.1.9) with the containerd image store (the default of a fresh Docker 29)
-and with the classic store, each a dockerd in a container (helpers.site_engines).
+and with the classic store, and its podman 5.8, each in a container (helpers.site_engines).
 
 A tiny image of two layers goes each way: made into a bundle on 20.10 and installed on the
-site's engine by install.sh (with the site's own docker CLI, inside the engine's container) and
-by `sglx bundle install` (through the engine's socket); then made into a bundle on the site's
-engine (whose `docker save` writes the OCI layout) and installed on 20.10. Both digests are
-recorded, the engine names the image by one of them, the image runs, and a second install
-loads nothing. A bundle that names its image by the config digest only (made before the
-manifest digest was recorded) is refused on the containerd store before anything is loaded.
+site's engine by install.sh (with the site's own CLI, docker or podman, inside the engine's
+container), by `sglx bundle install` (through the engine's socket, podman's Docker-compatible
+one) and by the bundle_install role; then made into a bundle on the site's engine (whose save
+writes the OCI layout, or podman's archive) and installed on 20.10; and a delta made there.
+Both digests are recorded, the engine names the image by one of them, the image's files are
+there, and a second install loads nothing. A bundle that names its image by the config digest
+only (made before the manifest digest was recorded) is refused on the containerd store before
+anything is loaded, and a delta on podman, which loads only whole archives.
 """
 
 from __future__ import annotations
@@ -23,9 +25,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _pytest.outcomes import Failed
 from helpers.ansible_play import ansible_playbook
 from helpers.bundles import child_image, import_tiny_image
-from helpers.site_engines import SiteEngine, engine_image, site_engine
+from helpers.site_engines import DOCKER_VERSION, KINDS, SiteEngine, engine_image, site_engine
 
 from sglx.bundle.manifest import dump, parse, render_sums, sha256_bytes
 
@@ -78,7 +81,7 @@ def sid_engine_image(
     return engine_image(pytestconfig, tmp_path_factory, run_id)
 
 
-@pytest.fixture(scope="module", params=[True, False], ids=["containerd-store", "classic-store"])
+@pytest.fixture(scope="module", params=KINDS)
 def site(
     request: pytest.FixtureRequest,
     docker: Any,
@@ -86,12 +89,9 @@ def site(
     run_id: str,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[SiteEngine]:
-    store = "cd" if request.param else "classic"
-    folder = tmp_path_factory.mktemp(f"engine-{store}")
-    name = f"sglx-test-engine-{store}-{run_id}"
-    with site_engine(
-        docker, sid_engine_image, name, folder, containerd_store=request.param
-    ) as engine:
+    folder = tmp_path_factory.mktemp(f"engine-{request.param}")
+    name = f"sglx-test-engine-{request.param}-{run_id}"
+    with site_engine(docker, sid_engine_image, name, folder, request.param) as engine:
         yield engine
     shutil.rmtree(folder, ignore_errors=True)
 
@@ -131,14 +131,15 @@ def test_install_sh_with_the_sites_docker_cli_loads_and_finds_the_image(
     first = site.sh('d=$1; shift; sh "$d/install.sh" "$@"', str(copy_of), *args)
     assert first.returncode == 0, first.stderr
     assert "installed. Start the server with:" in first.stderr
+    assert first.stdout.startswith(f"{site.cli} run -d ")  # the engine's own CLI runs it
     # the device-init lock folder the printed line mounts (podman would not create it)
     assert site.sh("test -d /run/lock/sglx").returncode == 0
     ref = json.loads((copy_of / "bundle.json").read_text())["image"]["ref"]
-    held = site.sh("docker image inspect --format '{{.Id}}' \"$1\"", ref, check=True)
-    assert held.stdout.strip() == expected_id(copy_of, site)
+    held = site.sh(f"{site.cli} image inspect --format '{{{{.Id}}}}' \"$1\"", ref, check=True)
+    assert held.stdout.strip().removeprefix("sha256:") == expected_id(copy_of, site)[7:]
     # The image has no programs: a container of it is created and a file read back from it.
-    read = 'c=$(docker create --network none "$1" /none) && docker cp "$c:/etc/hello" - | tar -xO'
-    read += ' ; docker rm -f "$c" >/dev/null'
+    read = f'c=$({site.cli} create --network none "$1" /none) && {site.cli} cp "$c:/etc/hello" -'
+    read += f' | tar -xO ; {site.cli} rm -f "$c" >/dev/null'
     assert site.sh(read, ref, check=True).stdout == "hello from a tiny bundle image\n"
     again = site.sh('d=$1; shift; sh "$d/install.sh" "$@"', str(copy_of), *args)
     assert again.returncode == 0, again.stderr
@@ -265,6 +266,14 @@ def test_a_delta_made_on_the_sites_engine_installs_where_its_parent_is(
         remove(client, child)
         installed = sglx("bundle", "install", str(delta), "--no-scan", "--state", state,
                          host=site.host)  # fmt: skip
+        if site.kind == "podman":  # it loads only whole archives: refused, nothing loaded
+            script = site.sh('sh "$1/install.sh" --no-scan --state "$2"', str(delta), state)
+            for done in (installed, script):
+                assert done.returncode == 2, done.stderr
+                assert "podman loads only whole archives" in done.stderr
+                assert "hint: install the full bundle" in done.stderr
+            assert child not in {t for i in client.images.list() for t in i.tags}
+            return
         assert installed.returncode == 0, installed.stderr
         assert client.images.get(child).id == held
         remove(client, child)
@@ -310,17 +319,17 @@ def test_a_bundle_naming_its_config_digest_only_is_refused_before_loading_on_the
     client = site.client()
     held = [t for i in client.images.list() for t in i.tags]
     client.close()
-    if not site.containerd_store:  # the classic store names it by the config digest: installed
+    if not site.containerd_store:  # the classic store and podman find it by the config digest
         assert (python.returncode, script.returncode) == (0, 0), python.stderr + script.stderr
         return
     assert python.returncode == 2, python.stderr
     assert "names its image by its config digest only" in python.stderr
-    assert "Docker 28.5.2+dfsg4 (containerd image store)" in python.stderr
+    assert f"Docker {DOCKER_VERSION} (containerd image store)" in python.stderr
     assert "hint: re-create the bundle with this sglx" in python.stderr
     assert "Traceback" not in python.stderr
     assert script.returncode == 2, script.stderr
     assert "names its image by its config digest only" in script.stderr
-    assert "28.5.2+dfsg4 (containerd image store)" in script.stderr
+    assert f"{DOCKER_VERSION} (containerd image store)" in script.stderr
     assert held == []  # nothing was loaded
 
 
@@ -340,9 +349,16 @@ def test_the_preflight_names_the_sites_engine_and_passes_it(
     from sglx.image_identity import engine_of
 
     monkeypatch.setenv("DOCKER_HOST", site.host)
-    checks.test_container_engine(
-        testinfra.get_host("local://"), host_facts("n", {"sglx_arch": "cpu"}, None)
-    )
+    host, facts = testinfra.get_host("local://"), host_facts("n", {"sglx_arch": "cpu"}, None)
+    if site.kind == "podman":  # its bundle doors pass; serving under podman is not tested yet
+        with pytest.raises(Failed, match=r"podman 5\.\S+ \(classic image store\) is not an engine"):
+            checks.test_container_engine(host, facts)
+    else:
+        checks.test_container_engine(host, facts)
     client = site.client()
-    assert engine_of(client).describe() == site.describe
+    named = engine_of(client).describe()
     client.close()
+    if site.kind == "podman":
+        assert named.startswith("podman 5.") and named.endswith("(classic image store)"), named
+    else:
+        assert named == f"Docker {DOCKER_VERSION} ({site.kind.replace('-', ' image ')})"

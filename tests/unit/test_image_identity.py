@@ -187,3 +187,51 @@ def test_a_delta_carries_the_layers_the_engine_keeps_compressed() -> None:
     filt = SaveFilter(held["manifest"], held["diff_ids"], frozenset(chain_ids(held["diff_ids"])))
     assert run(filt, raw, 4096) == raw
     assert [x.carried for x in filt.layers()] == [True, True]
+
+
+def podman_archive(layers: list[bytes]) -> tuple[bytes, str, list[str]]:
+    """A save as podman's Docker-compatible API writes it (checked against podman 5.8.6): each
+    layer as `<diff id hex>.tar` first, the config `<hex>.json`, then legacy folders whose
+    `layer.tar` links to the flat tar, `manifest.json` naming the flat tars, no tags."""
+    diff_ids = [digest_of(data) for data in layers]
+    config = json.dumps({"rootfs": {"type": "layers", "diff_ids": diff_ids}}).encode()
+    config_id = digest_of(config)
+    flat = [f"{d[7:]}.tar" for d in diff_ids]
+    manifest = [{"Config": f"{config_id[7:]}.json", "RepoTags": [], "Layers": flat}]
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
+
+        def add(name: str, data: bytes) -> None:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+
+        for name, data in zip(flat, layers, strict=True):
+            add(name, data)
+        add(f"{config_id[7:]}.json", config)
+        for index, name in enumerate(flat):
+            folder = f"{index:064x}"
+            link = tarfile.TarInfo(f"{folder}/layer.tar")
+            link.type, link.linkname = tarfile.SYMTYPE, f"../{name}"
+            tar.addfile(link)
+            add(f"{folder}/VERSION", b"1.0")
+        add("manifest.json", json.dumps(manifest).encode())
+        add("repositories", b"{}")
+    return buffer.getvalue(), config_id, diff_ids
+
+
+def test_podmans_archive_is_read_and_a_delta_leaves_out_its_flat_layer_tars_with_their_links() -> (
+    None
+):
+    layers = [os.urandom(3000), os.urandom(200)]
+    raw, config_id, diff_ids = podman_archive(layers)
+    full = SaveFilter(config_id, diff_ids)
+    assert run(full, raw, 512) == raw
+    assert [x.carried for x in full.layers()] == [True, True]
+    delta = SaveFilter(config_id, diff_ids, frozenset(chain_ids(diff_ids)[:1]))
+    out = run(delta, raw, 512)
+    with tarfile.open(fileobj=io.BytesIO(out)) as tar:
+        names = set(tar.getnames())
+    assert f"{diff_ids[0][7:]}.tar" not in names and f"{0:064x}/layer.tar" not in names
+    assert {f"{diff_ids[1][7:]}.tar", f"{1:064x}/layer.tar"} <= names
+    assert [x.carried for x in delta.layers()] == [False, True]

@@ -143,6 +143,7 @@ def _install(bundle: Path, options: InstallOptions, progress: Progress) -> Resul
     else:
         _load(client, bundle, manifest, progress)
         steps.add("image", "done", f"loaded {manifest.image.ref} ({manifest.image.id})", started)
+    _tag(client, manifest)
     record.image_loaded(bundle, manifest)
 
     started = time.monotonic()
@@ -175,8 +176,9 @@ def _install(bundle: Path, options: InstallOptions, progress: Progress) -> Resul
         )
     record.finish()
     result = _result(
-        bundle, spec, manifest, steps, weights_target, options.jit_root, plan.store_root
-    )
+        bundle, spec, manifest, steps, weights_target, options.jit_root, plan.store_root,
+        cli=engine_of(client).cli,
+    )  # fmt: skip
     return _with_record(result, record)
 
 
@@ -236,7 +238,7 @@ def _plan(
     _check_asked(manifest, options)
     has_image = _held(client, manifest) is not None
     if not has_image:
-        _check_store(client, manifest)
+        _check_engine(client, manifest)
     # A delta loads only where the engine holds the layers it takes from its parent, and a
     # bundle without its base's layers only where it holds the base's: refused before anything
     # is hashed, written or loaded, naming the bundle to install or the base to load first.
@@ -329,13 +331,39 @@ def _held(client: Any, manifest: BundleManifest) -> str | None:
     return held_id(client, manifest.image.id, manifest.image.manifest_digest)
 
 
-def _check_store(client: Any, manifest: BundleManifest) -> None:
-    """Refused before the load: a bundle that names its image by the config digest only,
-    on an engine that names images by their manifest (it would load and then not find it)."""
-    if manifest.image.manifest_digest is not None:
-        return
+def _tag(client: Any, manifest: BundleManifest) -> None:
+    """Point the bundle's reference, which the start line runs, at its image: an archive saved
+    through podman's API carries no tag, and another image may hold it."""
+    from docker.errors import APIError
+    from docker.utils import parse_repository_tag
+
+    held = _held(client, manifest)
+    repository, tag = parse_repository_tag(manifest.image.ref)
+    try:
+        if held is None or not client.images.get(held).tag(repository, tag):
+            raise APIError("the engine did not tag it")
+    except APIError as exc:
+        raise SglxError(
+            f"cannot tag image {held} as {manifest.image.ref}: {exc}",
+            hint="check the engine with `docker info`",
+            code="environment",
+        ) from None
+
+
+def _check_engine(client: Any, manifest: BundleManifest) -> None:
+    """Refused before the load: a bundle that names its image by the config digest only, on
+    an engine that names images by their manifest (it would load and then not find it); an
+    archive without some layers, on podman (it loads only whole archives)."""
     engine = engine_of(client)
-    if engine.containerd_store:
+    if manifest.image.referenced() and engine.product == "podman":
+        raise SglxError(
+            "this bundle leaves out layers the engine already holds (a delta, or "
+            f"--exclude-base), and podman loads only whole archives ({engine.describe()}): "
+            "nothing was loaded",
+            hint="install the full bundle (create it without --since and --exclude-base)",
+            code="environment",
+        )
+    if manifest.image.manifest_digest is None and engine.containerd_store:
         raise SglxError(
             f"this bundle names its image by its config digest only ({manifest.image.id}), "
             f"which the engine ({engine.describe()}) does not report: it would load the image "
@@ -506,9 +534,12 @@ def _result(
     weights: Path | None,
     jit_root: Path | None = None,
     store_root: Path | None = None,
+    cli: str = "docker",
 ) -> Result:
+    """The report; the start line names the engine's CLI (`cli`: docker, or podman)."""
     redone = [name for name, row in steps.rows.items() if row["status"] == "done"]
     run, why_not, jit = _docker_run(spec, manifest, weights, jit_root, store_root)
+    run = [cli, *run[1:]] if run else run
     rows = tuple((name, row["status"], row["detail"]) for name, row in steps.rows.items())
     lines = [
         "nothing to do: every step was done before" if not redone else "installed",

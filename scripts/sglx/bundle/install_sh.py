@@ -83,6 +83,7 @@ TEMPLATE = Template(
 #   unasked: every image that mounts it would serve them; $$SGLX_REPLACE_WEIGHTS=1 too).
 # --no-scan: accept a bundle that carries no scan report ($scan_report, made by bundle create),
 #   or one whose report has findings; without it either stops the install ($$SGLX_NO_SCAN=1 too).
+# $$SGLX_ENGINE: docker or podman (default: docker where installed, else podman).
 set -eu
 image_ref=$image_ref
 # The image's config digest and manifest digest: Docker's classic store and podman name the
@@ -413,8 +414,25 @@ fi
 [ "$$check" = 0 ] || exit 0
 record_prepare
 
-command -v docker >/dev/null 2>&1 ||
-  die "docker not found" "install the docker CLI and start the engine"
+# The engine's CLI: $$SGLX_ENGINE (docker or podman), else docker where installed, else podman
+# (whose CLI takes the same commands). Every `docker` below goes to it.
+engine=$${SGLX_ENGINE:-}
+if [ -z "$$engine" ]; then
+  if command -v docker >/dev/null 2>&1; then engine=docker
+  elif command -v podman >/dev/null 2>&1; then engine=podman
+  else
+    die "neither docker nor podman found" "install the docker CLI (or podman), start the engine"
+  fi
+fi
+case $$engine in
+  docker | podman)
+    command -v "$$engine" >/dev/null 2>&1 ||
+      die "$$engine not found (SGLX_ENGINE)" "install it, or set SGLX_ENGINE to the one you have" ;;
+  *)
+    die "SGLX_ENGINE is $$(q "$$engine"), neither docker nor podman" \
+      "set SGLX_ENGINE=docker or SGLX_ENGINE=podman" ;;
+esac
+docker() { command "$$engine" "$$@"; }
 run_line=$$run_head
 for group in $$run_groups; do
   if [ "$$numeric_gids" = 1 ]; then
@@ -440,6 +458,13 @@ else
       "re-create the bundle with this sglx (its bundles record the manifest digest too), or \
 install on an engine with the classic image store" 2
   fi
+  # podman loads only whole archives ("Some layer tarfiles are missing in the tarball").
+  if [ "$partial" = 1 ] && { [ "$$engine" = podman ] || docker --version 2>/dev/null |
+    LC_ALL=C grep -qi podman; }; then
+    die "this bundle leaves out layers the engine already holds (a delta, or --exclude-base), \
+and podman loads only whole archives: nothing was loaded" \
+      "install the full bundle (create it without --since and --exclude-base)" 2
+  fi
 $base_check
 $parent_check
   say "loading $$(q "$$image_ref") from $chunk_count chunks"
@@ -451,6 +476,11 @@ $parent_check
 $$(q "$$image_id") nor $$(q "$$manifest_id")" "the bundle verified, so the engine loaded it \
 under another id: report \`docker version\` and \`docker info\` with this message"
 fi
+# The reference the printed line runs names this image (an archive saved through podman's API
+# carries no tag, and another image may hold the tag).
+docker tag "$$held" "$$image_ref" ||
+  die "cannot tag image $$(q "$$held") as $$(q "$$image_ref")" \
+    "check the engine with \`docker info\`"
 $weights_after_load
 record_write
 # The bundle_install role starts no server from this line: sglang_service creates the folder
@@ -471,7 +501,7 @@ run_line=$$(printf '%s\n' "$$run_line" | sed -e "s|$jit_mark|$$jit_root|g" \
   -e "s|$models_mark|$$models_root|g")
 $weights_note
 say "installed. Start the server with:"
-printf '%s\n' "$$run_line"
+printf '%s\n' "$$engine$${run_line#docker}"
 """
 )
 
@@ -811,6 +841,7 @@ def render(
         **stored,
         base_check=base_check(image),
         parent_check=parent_check(image),
+        partial=int(image is not None and bool(image.referenced())),
         record_sh=record_sh(profile.arch, image_ref, image_id),
         default_state=record.DEFAULT_STATE,
     )

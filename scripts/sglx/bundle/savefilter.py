@@ -11,7 +11,9 @@ and the layers' paths:
   `layer.tar` is then dropped (header, data and padding, and any extended header before it)
   when the engine of a site that holds the parent has it.
 - the OCI layout of Docker 25 and later (`index.json`, `oci-layout`, `blobs/sha256/<hex>`),
-  whose layer blobs may be compressed. Its layers are carried whole.
+  whose layer blobs may be compressed, and podman's archive (`<hex>.json`, `<hex>.tar`). A
+  layer whose member is named by its diff id (uncompressed) is dropped by that name; a
+  compressed one is carried.
 
 Nothing is buffered but tar headers and the small members (JSON, and blobs of at most
 `MAX_BLOB`, among them the config and the manifests); the bytes go on in the blocks they came
@@ -46,6 +48,7 @@ MAX_CAPTURED = 64 << 20  # all members kept to be read, together
 MAX_INDEX_DEPTH = 2  # index.json, then an image index, then the manifest
 _BLOB = re.compile(r"blobs/sha256/([0-9a-f]{64})")
 _CLASSIC_CONFIG = re.compile(r"([0-9a-f]{64})\.json")
+_FLAT_LAYER = re.compile(r"([0-9a-f]{64})\.tar")  # podman's docker-archive
 _INDEX_TYPES = (
     "application/vnd.oci.image.index.v1+json",
     "application/vnd.docker.distribution.manifest.list.v2+json",
@@ -207,7 +210,7 @@ class SaveFilter:
         if "size" in extended:
             size = int(extended["size"])
             padded = -(-size // TAR_BLOCK) * TAR_BLOCK
-        keep = not self._droppable(name)
+        keep = not self._droppable(name) and not self._links_to_dropped(kind, name, linkname)
         member = Member(name=name, kind=kind, size=size, linkname=linkname, kept=keep)
         if kind != b"g":
             self.members[name] = member
@@ -237,19 +240,29 @@ class SaveFilter:
     def _droppable(self, name: str) -> bool:
         if not self.drop:
             return False
-        blob = _BLOB.fullmatch(name)
-        if blob is not None:
-            return self._blob_droppable(f"sha256:{blob.group(1)}")
+        digest = _named_digest(name)
+        if digest is not None:
+            return self._blob_droppable(digest)
         match = _LAYER.fullmatch(name)
         if match is None:
             return False
         index = self._folders.get(match.group(1))
         return index is not None and self._chains[index] in self.drop
 
+    def _links_to_dropped(self, kind: bytes, name: str, linkname: str) -> bool:
+        """A link to a layer tar named by its digest and left out (podman's archive links each
+        legacy folder's `layer.tar` to the `<hex>.tar` it wrote before) is left out with it.
+        (A classic archive's link to another folder's layer.tar stays an error in `layers`.)"""
+        if not self.drop or kind != _LINK:
+            return False
+        target = self.members.get(link_target(name, linkname))
+        return target is not None and not target.kept and _named_digest(target.name) is not None
+
     def _blob_droppable(self, digest: str) -> bool:
-        """An OCI blob is a layer's uncompressed tar when its digest is that layer's diff id
-        (the classic store's save, and layers the containerd store loaded from a classic
-        archive); it is left out when every place of that layer in the image is left out."""
+        """An OCI blob (or podman's `<hex>.tar`) is a layer's uncompressed tar when its digest
+        is that layer's diff id (the classic store's save, podman's, and layers the containerd
+        store loaded from a classic archive); it is left out when every place of that layer in
+        the image is left out."""
         places = [i for i, diff_id in enumerate(self.diff_ids) if diff_id == digest]
         return bool(places) and all(self._chains[i] in self.drop for i in places)
 
@@ -293,9 +306,9 @@ class SaveFilter:
             match = _LAYER.fullmatch(path)
             folder = match.group(1) if match else None
             named = self._folders.get(folder) if folder else None
-            blob = _BLOB.fullmatch(path)
-            if blob is not None:
-                if not member.kept and f"sha256:{blob.group(1)}" != self.diff_ids[index]:
+            digest = _named_digest(path)
+            if digest is not None:
+                if not member.kept and digest != self.diff_ids[index]:
                     raise _stream_error(f"layer {index} ({path}) left out is not its diff id")
             elif (named is not None and named != index) or (not member.kept and named != index):
                 raise _stream_error(f"layer {index} ({path}) was identified as layer {named}")
@@ -307,8 +320,12 @@ class SaveFilter:
                     carried=member.kept,
                 )
             )
-        if any(m.name not in paths for m in self.dropped):
-            raise _stream_error("a member left out is not a layer of the image")
+        for member in self.dropped:
+            target = self.members.get(link_target(member.name, member.linkname))
+            if member.name not in paths and not (
+                member.kind == _LINK and target is not None and target.name in paths
+            ):
+                raise _stream_error("a member left out is not a layer of the image")
         for member in self.members.values():
             if member.kept and member.kind == _LINK:
                 target = self.members.get(link_target(member.name, member.linkname))
@@ -385,6 +402,13 @@ class SaveFilter:
             return member.size
         target = self.members.get(link_target(member.name, member.linkname))
         return target.size if target is not None else 0
+
+
+def _named_digest(name: str) -> str | None:
+    """The digest a member's name gives it: an OCI blob's, or a layer tar podman's archive
+    names by its diff id (`<hex>.tar`); None for any other name."""
+    match = _BLOB.fullmatch(name) or _FLAT_LAYER.fullmatch(name)
+    return None if match is None else f"sha256:{match.group(1)}"
 
 
 def _config_names(digest: str) -> tuple[str, str]:
