@@ -14,8 +14,11 @@ spent after the e2e).
 On this project's two-core machines, alone was once the faster way (two workers took 45 to 49
 minutes of CI, one 32, when the e2e was a third of its length). Since the e2e grew to twenty
 minutes with a quarter of both cores idle, and the engine tests to ten with two fifths idle,
-two workers are: 35:43 of pytest (2026-12-05, all the e2e break cases passing beside the other
-worker's builds) against 39:53 to 42:55 alone, each worker's idle time filled by the other.
+two workers are: 38:05 of pytest and 40:02 of .ci/run (2026-12-05, the site engines' module
+included, every e2e break case passing beside the other worker's builds) against 39:53 to
+42:55 of pytest alone. The e2e worker is the longer path (the chain, then the e2e, about a
+third slower beside the other worker's builds, then test_bundle_cpu, which shares its engine
+state); the other worker ends a few minutes before it.
 
 With workers (`TEST_WORKERS=2`, `--dist loadfile`): a worker takes whole files, so that a
 module's fixtures are built once, on one worker. Files that share a state of the one Docker
