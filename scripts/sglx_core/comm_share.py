@@ -18,6 +18,7 @@ bounded, and it must be the JSON object a profiler writes.
 
 from __future__ import annotations
 
+import math
 import re
 import zlib
 from collections.abc import Iterable, Sequence
@@ -130,9 +131,10 @@ def _span(event: dict[str, Any]) -> tuple[float, float] | None:
     start, duration = event.get("ts"), event.get("dur")
     if not isinstance(start, int | float) or not isinstance(duration, int | float):
         return None
-    if duration < 0 or start != start or duration != duration:  # NaN is never a time
+    stop = float(start) + float(duration)
+    if duration < 0 or not math.isfinite(start) or not math.isfinite(stop):  # nor NaN, nor inf
         return None
-    return float(start), float(start) + float(duration)
+    return float(start), stop
 
 
 def _union(spans: Iterable[tuple[float, float]]) -> float:

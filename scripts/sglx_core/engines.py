@@ -10,12 +10,17 @@ suite runs (tests/integration/test_site_engines.py; docs/reference/engines.md); 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 # `docker info`'s DriverStatus on the containerd image store.
 CONTAINERD_SNAPSHOTTER = "io.containerd.snapshotter.v1"
+
+# A version as engines write it ("20.10.24", "28.5.2+dfsg1", "5.8.6"); anything else the API
+# answers is shown as "?", never echoed into a report.
+_VERSION = re.compile(r"[0-9][0-9A-Za-z.+~-]{0,63}")
 
 # (product, major.minor, store), as the suite runs them.
 TESTED: tuple[tuple[str, str, str], ...] = (
@@ -49,10 +54,12 @@ class Engine:
 
 
 def store_of(driver_status: Iterable[Any] | None) -> str:
-    """The image store `docker info`'s DriverStatus ([[key, value], ...]) says."""
+    """The image store `docker info`'s DriverStatus ([[key, value], ...]) says; anything else
+    the API answers is the classic store's absence of a snapshotter."""
+    listed = driver_status if isinstance(driver_status, list | tuple) else ()
     pairs = {
         str(pair[0]): str(pair[1])
-        for pair in driver_status or ()
+        for pair in listed
         if isinstance(pair, list | tuple) and len(pair) == 2
     }
     return "containerd" if pairs.get("driver-type") == CONTAINERD_SNAPSHOTTER else "classic"
@@ -61,10 +68,13 @@ def store_of(driver_status: Iterable[Any] | None) -> str:
 def engine_from(version: Mapping[str, Any], driver_status: Iterable[Any] | None) -> Engine:
     """The engine from `docker version`'s Server part (its Version and Components: podman's
     Docker API names a `Podman Engine` component) and `docker info`'s DriverStatus."""
-    components = version.get("Components") or ()
-    names = {str(c.get("Name", "")) for c in components if isinstance(c, Mapping)}
+    components = version.get("Components")
+    listed = components if isinstance(components, list | tuple) else ()
+    names = {c.get("Name") for c in listed if isinstance(c, Mapping)}
     product = "podman" if "Podman Engine" in names else "Docker"
-    return Engine(product, str(version.get("Version") or "?"), store_of(driver_status))
+    number = version.get("Version")
+    shown = number if isinstance(number, str) and _VERSION.fullmatch(number) else "?"
+    return Engine(product, shown, store_of(driver_status))
 
 
 def names_tested() -> str:

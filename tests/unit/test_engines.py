@@ -34,6 +34,9 @@ def test_an_engine_is_named_by_product_version_and_store() -> None:
     assert engine_from({"Version": "29.0.1"}, CONTAINERD).tested() is False
     assert engine_from({"Version": "20.10.24+dfsg1"}, OVERLAY2).tested()
     assert store_of([["driver-type"], "x", None]) == "classic"  # odd shapes are no store
+    # whatever answers on the socket: a version that is no version is never echoed
+    odd = engine_from({"Version": "28.5\x1b[2J\nbundle verified", "Components": 7}, True)
+    assert odd.describe() == "Docker ? (classic image store)" and not odd.tested()
 
 
 def fake_engine(folder: Path, version: str, status: list[list[str]]) -> Path:

@@ -47,6 +47,7 @@ from sglx.bundle.weights_store import (
 from sglx.engine import docker_client
 from sglx.image_identity import engine_of, held_id
 from sglx.progress import Progress
+from sglx_core.engines import Engine
 from sglx_core.errors import SglxError
 from sglx_core.jit_cache import ROOT_ENV
 from sglx_core.report import Finding, Result, Table
@@ -133,17 +134,18 @@ def _install(bundle: Path, options: InstallOptions, progress: Progress) -> Resul
         "unchanged since verified"
     )
     steps.add("verify", status, detail, started)
-    has_image, weights_target, weights_done = plan.has_image, plan.weights, plan.weights_done
+    weights_target, weights_done = plan.weights, plan.weights_done
     stored = plan.store_root is not None
     venv_done = options.venv is not None and _venv_done(record, options.venv, manifest)
 
     started = time.monotonic()
-    if has_image:
+    held = plan.held
+    if held is not None:
         steps.add("image", "skipped", f"the engine already has {manifest.image.id}", started)
     else:
-        _load(client, bundle, manifest, progress)
+        held = _load(client, bundle, manifest, progress, plan.engine)
         steps.add("image", "done", f"loaded {manifest.image.ref} ({manifest.image.id})", started)
-    _tag(client, manifest)
+    _tag(client, manifest, held)
     record.image_loaded(bundle, manifest)
 
     started = time.monotonic()
@@ -177,7 +179,7 @@ def _install(bundle: Path, options: InstallOptions, progress: Progress) -> Resul
     record.finish()
     result = _result(
         bundle, spec, manifest, steps, weights_target, options.jit_root, plan.store_root,
-        cli=engine_of(client).cli,
+        cli=plan.engine.cli,
     )  # fmt: skip
     return _with_record(result, record)
 
@@ -217,7 +219,8 @@ def _resolved(path: Path) -> Path:
 class Plan:
     """What install will write, known before anything is written (or verified)."""
 
-    has_image: bool
+    engine: Engine
+    held: str | None  # the id the engine holds the bundle's image under (None: to be loaded)
     weights: Path | None
     weights_done: bool
     # The weights store's root when the weights go there (not --weights-dir), and why the
@@ -236,9 +239,11 @@ def _plan(
     except SglxError:
         return None
     _check_asked(manifest, options)
-    has_image = _held(client, manifest) is not None
+    engine = engine_of(client)
+    held = held_id(client, manifest.image.id, manifest.image.manifest_digest)
+    has_image = held is not None
     if not has_image:
-        _check_engine(client, manifest)
+        _check_engine(engine, manifest)
     # A delta loads only where the engine holds the layers it takes from its parent, and a
     # bundle without its base's layers only where it holds the base's: refused before anything
     # is hashed, written or loaded, naming the bundle to install or the base to load first.
@@ -268,7 +273,7 @@ def _plan(
         wheels = sum(e.size for e in manifest.files if e.kind == "wheel")
         needs[options.venv] = needs.get(options.venv, 0) + 3 * wheels
     require_space(needs, "installing the bundle")
-    return Plan(has_image, target, weights_done, store_root, store_problem)
+    return Plan(engine, held, target, weights_done, store_root, store_problem)
 
 
 def _jit_root_trusted(spec: CarriedSpec, options: InstallOptions) -> None:
@@ -326,21 +331,15 @@ def _check_asked(manifest: BundleManifest, options: InstallOptions) -> None:
         )
 
 
-def _held(client: Any, manifest: BundleManifest) -> str | None:
-    """The id the engine holds the bundle's image under (sglx.image_identity), or None."""
-    return held_id(client, manifest.image.id, manifest.image.manifest_digest)
-
-
-def _tag(client: Any, manifest: BundleManifest) -> None:
+def _tag(client: Any, manifest: BundleManifest, held: str) -> None:
     """Point the bundle's reference, which the start line runs, at its image: an archive saved
     through podman's API carries no tag, and another image may hold it."""
     from docker.errors import APIError
     from docker.utils import parse_repository_tag
 
-    held = _held(client, manifest)
     repository, tag = parse_repository_tag(manifest.image.ref)
     try:
-        if held is None or not client.images.get(held).tag(repository, tag):
+        if not client.images.get(held).tag(repository, tag):
             raise APIError("the engine did not tag it")
     except APIError as exc:
         raise SglxError(
@@ -350,11 +349,10 @@ def _tag(client: Any, manifest: BundleManifest) -> None:
         ) from None
 
 
-def _check_engine(client: Any, manifest: BundleManifest) -> None:
+def _check_engine(engine: Engine, manifest: BundleManifest) -> None:
     """Refused before the load: a bundle that names its image by the config digest only, on
     an engine that names images by their manifest (it would load and then not find it); an
     archive without some layers, on podman (it loads only whole archives)."""
-    engine = engine_of(client)
     if manifest.image.referenced() and engine.product == "podman":
         raise SglxError(
             "this bundle leaves out layers the engine already holds (a delta, or "
@@ -374,7 +372,10 @@ def _check_engine(client: Any, manifest: BundleManifest) -> None:
         )
 
 
-def _load(client: Any, bundle: Path, manifest: BundleManifest, progress: Progress) -> None:
+def _load(
+    client: Any, bundle: Path, manifest: BundleManifest, progress: Progress, engine: Engine
+) -> str:
+    """Load the bundle's image; the id the engine holds it under."""
     from docker.errors import APIError
 
     chunks = [bundle / c for c in manifest.image.chunks]
@@ -396,16 +397,18 @@ def _load(client: Any, bundle: Path, manifest: BundleManifest, progress: Progres
             hint="check the engine with `docker info` and its free space",
             code="environment",
         ) from None
-    if _held(client, manifest) is None:
-        image = manifest.image
+    image = manifest.image
+    held = held_id(client, image.id, image.manifest_digest)
+    if held is None:
         raise SglxError(
-            f"after docker load the engine ({engine_of(client).describe()}) names the image by "
+            f"after docker load the engine ({engine.describe()}) names the image by "
             f"neither its config digest {image.id} nor its manifest digest "
             f"{image.manifest_digest or '(not recorded)'}",
             hint="the bundle verified, so the engine loaded it under another id: report "
             "`docker version` and `docker info` with this message",
             code="environment",
         )
+    return held
 
 
 def _lock_sha(manifest: BundleManifest) -> str:
