@@ -98,9 +98,10 @@ class HostFacts:
     def __getitem__(self, key: str) -> Any:
         return self.vars[key]
 
-    def flag(self, key: str) -> bool:
-        """A boolean variable as Ansible's `bool` filter reads it (false when unset)."""
-        return _ansible_bool(self.vars.get(key, False))
+    def flag(self, key: str, default: bool = False) -> bool:
+        """A boolean variable as Ansible's `bool` filter reads it (`default` when unset: the
+        role's default)."""
+        return _ansible_bool(self.vars.get(key, default))
 
     @property
     def container(self) -> str:

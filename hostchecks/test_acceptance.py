@@ -321,6 +321,44 @@ def test_health_and_completion(host: Any, facts: HostFacts) -> None:
         json.loads(done.stdout.splitlines()[-1])
 
 
+# Run on the host: the server's metrics route, what a site's Prometheus scrapes.
+_METRICS_PROBE = """
+import sys, urllib.request as u
+print(u.urlopen(sys.argv[1], timeout=30).read(4 << 20).decode("utf-8", "replace"))
+"""
+
+
+def test_metrics_served(host: Any, facts: HostFacts) -> None:
+    """The server's metrics (docs/reference/observability.md), as the site's Prometheus scrapes
+    them: sglang's series and sglx's, naming this host's arch. Rank 0 of a serving group serves
+    them; skipped where the profile or the inventory turns metrics off."""
+    path = str(facts.vars.get("sglang_service_metrics_path") or "")
+    on = facts.flag("sglang_service_metrics", default=True)
+    if not path or not on or facts.node_rank != 0:
+        why = "not rank 0 of its serving group" if path and on else "metrics are off"
+        pytest.skip(f"{facts.name}: {why}")
+    running_container(host, facts)
+    url = facts.server_url + path
+    done = host.run(f"python3 -c {shlex.quote(_METRICS_PROBE)} {shlex.quote(url)}")
+    text = done.stdout if done.rc == 0 else ""
+    missing = [
+        what
+        for what, seen in (
+            ("sglang's series", "\nsglang:" in text),
+            (f'sglx_info of arch "{facts.arch}"', f'arch="{facts.arch}"' in text),
+            ("sglx_server_start_time_seconds", "\nsglx_server_start_time_seconds " in text),
+        )
+        if not seen
+    ]
+    if missing:
+        last = (done.stderr or "").strip().splitlines()[-1:] or [", ".join(missing) + " missing"]
+        problem(
+            f"{url}: {last[0][:200]}",
+            f"{ROLLOUT} (the unit starts the server with its metrics; sglang_service_metrics: "
+            "false turns them off)",
+        )
+
+
 def test_served_numerics(host: Any, facts: HostFacts, record_property: Any) -> None:
     """The serving gate's numerics (docs/reference/gate.md): the image's golden file, replayed
     teacher-forced through the server from inside its container, stays within the arch

@@ -15,8 +15,9 @@ PYTHON=${PYTHON:-python3}
 DOCKERD_LOG=${DOCKERD_LOG:-/var/log/sglx-dockerd.log}
 # Debian packages the tool and its tests use: the engine, debootstrap for the cpu base,
 # pax-utils (lddtree), the baseline bench/scan compares against, and the site registry's
-# docker-registry and skopeo (role sglx_registry, tests/integration/test_site_registry.py).
-APT_PACKAGES=(docker.io debootstrap pax-utils skopeo docker-registry)
+# docker-registry and skopeo (role sglx_registry, tests/integration/test_site_registry.py),
+# and prometheus for its promtool (the rules' checks and tests; its daemon is not started).
+APT_PACKAGES=(docker.io debootstrap pax-utils skopeo docker-registry prometheus)
 
 say() { printf 'bootstrap: %s\n' "$*"; }
 die() { printf 'bootstrap: error: %s\n' "$*" >&2; exit 2; }
@@ -30,8 +31,19 @@ ensure_apt_packages() {
   [ ${#missing[@]} -eq 0 ] && return 0
   [ "$(id -u)" -eq 0 ] || die "missing Debian packages: ${missing[*]}; run as root or: sudo apt-get install -y ${missing[*]}"
   say "installing Debian packages: ${missing[*]}"
-  DEBIAN_FRONTEND=noninteractive apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # Packages install their services without starting them: sglx starts the engine itself, and
+  # only needs prometheus's promtool (policy-rc.d, Debian's invoke-rc.d policy; a site's own
+  # policy is left as it was).
+  local policy=/usr/sbin/policy-rc.d own_policy=0
+  if [ ! -e "$policy" ]; then
+    printf '#!/bin/sh\nexit 101\n' > "$policy" && chmod 755 "$policy" && own_policy=1
+  fi
+  local rc=0
+  { DEBIAN_FRONTEND=noninteractive apt-get update -qq \
+    && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+      "${missing[@]}" >/dev/null; } || rc=$?
+  [ "$own_policy" = 0 ] || rm -f "$policy"
+  [ "$rc" = 0 ] || die "apt-get could not install ${missing[*]} (exit $rc)"
 }
 
 engine_answers() { timeout 10 docker version --format '{{.Server.Version}}' >/dev/null 2>&1; }

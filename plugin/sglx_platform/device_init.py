@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from sglx_core.device_lock import LOCK_DIR_ENV
+from sglx_platform import metrics
 from sglx_platform.failures import FailureClass, PlatformError
 
 logger = logging.getLogger(__name__)
@@ -129,7 +130,9 @@ def init_device(touch: Callable[[], None], what: str) -> None:
     """
     timeout_s = _setting(TIMEOUT_ENV, 120)
     retries = int(_setting(RETRIES_ENV, 2))
+    asked = time.monotonic()
     with host_lock(lock_path(), timeout_s):
+        metrics.record_lock_wait(time.monotonic() - asked)  # beside sglang's, at /metrics
         for attempt in range(retries + 1):
             error = _run_with_timeout(touch, timeout_s)
             if error is None:

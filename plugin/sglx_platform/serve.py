@@ -31,9 +31,17 @@ import urllib.request
 from pathlib import Path
 from types import FrameType
 
-from sglx_core import model_assets
+from sglx_core import model_assets, observability
 from sglx_core.errors import SglxError
-from sglx_platform import jit_cache, model_config, profiling, serving, tuned_configs, warm_cache
+from sglx_platform import (
+    jit_cache,
+    metrics,
+    model_config,
+    profiling,
+    serving,
+    tuned_configs,
+    warm_cache,
+)
 from sglx_platform.baked import baked_profile
 
 # Where sglx-serve leaves the port it started the server on, for the healthcheck.
@@ -57,6 +65,7 @@ FORWARDED = (
     signal.SIGUSR2,
 )
 STOP_GRACE_S = 20.0
+METRICS_FLAG = "--enable-metrics"
 
 
 def server_argv(extra: list[str]) -> list[str]:
@@ -106,12 +115,15 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.update({**chosen.env, **assets, **tuned_env})  # the server and preflight inherit it
     argv = server_argv(chosen.resolution.argv if chosen.resolution else user_args)
     _announce_demo(Path(os.environ.get(MODEL_ENV, DEFAULT_MODEL)))
-    _say(_install_prebuilt_cache())
+    installed = _install_prebuilt_cache()
+    _say(installed if isinstance(installed, str) else installed.line())
+    selected = chosen.resolution.chosen.name if chosen.resolution else None
+    if observability.metrics_on(baked_profile(), os.environ) or METRICS_FLAG in argv:
+        _publish_metrics(argv, selected, installed)
     mode = preflight_mode()
     if mode == "first" and (code := _preflight(argv)) != 0:
         _say(f"preflight failed (exit {code}); not starting the server")
         return code
-    selected = chosen.resolution.chosen.name if chosen.resolution else None
     STATE.write_text(json.dumps({"port": _last_value(argv, "--port"), "serving_profile": selected}))
     started = time.time()
     server = subprocess.Popen(
@@ -132,13 +144,34 @@ def main(argv: list[str] | None = None) -> int:
     return code
 
 
-def _install_prebuilt_cache() -> str:
+def _install_prebuilt_cache() -> warm_cache.Installed | str:
     """The image's prebuilt Triton cache into the node-local one, when it fits the devices; a
-    cache that does not fit, or a damaged one, is reported and left out, never fatal."""
+    cache that does not fit, or a damaged one, is reported (the line returned) and left out,
+    never fatal."""
     try:
-        return warm_cache.install(baked_profile(), warm_cache.triton_cache_dir()).line()
+        return warm_cache.install(baked_profile(), warm_cache.triton_cache_dir())
     except (SglxError, OSError) as error:
         return f"prebuilt Triton cache not used: {error}"
+
+
+def _publish_metrics(
+    argv: list[str], selected: str | None, installed: warm_cache.Installed | str
+) -> None:
+    """sglx's series beside sglang's at the server's /metrics (sglx_platform.metrics)."""
+    from importlib.metadata import version
+
+    metrics.prepare()
+    done = (0, 0) if isinstance(installed, str) else (installed.copied, installed.present)
+    served = _last_value(argv, "--served-model-name")
+    model = served or Path(_last_value(argv, "--model-path")).name
+    metrics.publish_start(
+        arch=baked_profile().arch,
+        version=version("sglx-platform"),
+        serving_profile=selected or "none",
+        model=model,
+        copied=done[0],
+        present=done[1],
+    )
 
 
 def _model_asset_env(user_args: list[str]) -> dict[str, str]:
@@ -155,6 +188,7 @@ def _model_asset_env(user_args: list[str]) -> dict[str, str]:
 
 
 def _plan(user_args: list[str]) -> serving.Plan:
+    observability.metrics_on(baked_profile(), os.environ)  # SGLX_METRICS: refused if unreadable
     model = serving.model_folder(user_args, os.environ.get(MODEL_ENV, DEFAULT_MODEL))
     return serving.plan(baked_profile(), user_args, os.environ, model)
 

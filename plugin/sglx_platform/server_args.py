@@ -12,6 +12,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from sglx_core import observability
 from sglx_core.profile import Profile
 from sglx_core.profile.schema import Rule
 from sglx_platform.failures import FailureClass, PlatformError
@@ -78,6 +79,8 @@ def plan(
     for name, value in server.defaults.items():
         if not explicit(name):
             writes[name] = value
+    if not explicit(observability.FIELD) and observability.metrics_on(profile, environ):
+        writes[observability.FIELD] = True
     for feature, spec in server.disabled_features.items():
         for name, value in spec.args.items():
             if not explicit(name):
@@ -160,7 +163,12 @@ def _model_detail(rule: Rule, model: Mapping[str, Any]) -> str:
 
 
 # Fields `plan` reads beyond the ones the profile names.
-PLANNED_FIELDS = ("mem_fraction_static", "max_total_tokens", "speculative_algorithm")
+PLANNED_FIELDS = (
+    "mem_fraction_static",
+    "max_total_tokens",
+    "speculative_algorithm",
+    observability.FIELD,
+)
 
 
 def fields_read(profile: Profile) -> set[str]:

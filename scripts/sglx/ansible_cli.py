@@ -35,9 +35,27 @@ def register(
     p.add_argument("--out", type=Path, metavar="FILE", help="write the variables to FILE")
     p.add_argument("--check", action="store_true", help="exit 1 if FILE is stale")
     p.set_defaults(func=_cmd_ansible_vars)
+    p = verbs.add_parser(
+        "rules",
+        parents=[common],
+        help="print (or write) the Prometheus rules that watch an sglx fleet",
+        description="Recording rules and alerts over sglang's and sglx's series, as the site's "
+        "Prometheus loads them (ansible/prometheus/sglx.rules.yml; docs/reference/"
+        "observability.md). --check compares --out with what sglx renders and exits 1 when it "
+        "is stale.",
+    )
+    p.add_argument("--out", type=Path, metavar="FILE", help="write the rules to FILE")
+    p.add_argument("--check", action="store_true", help="exit 1 if FILE is stale")
+    p.set_defaults(func=_cmd_ansible_rules)
 
 
 def _cmd_ansible_vars(args: argparse.Namespace) -> Result:
     from sglx.ansible_vars import ansible_vars
 
     return ansible_vars(args.arch, args.out, args.check)
+
+
+def _cmd_ansible_rules(args: argparse.Namespace) -> Result:
+    from sglx.prometheus_rules import prometheus_rules
+
+    return prometheus_rules(args.out, args.check)

@@ -15,13 +15,13 @@ from typing import Any
 
 import yaml
 
+from sglx.rendered import print_write_or_check
 from sglx.run_spec import ansible_vars as spec_vars
 from sglx.run_spec import run_spec
 from sglx_core.device_lock import lock_dir_vars
 from sglx_core.errors import SglxError
 from sglx_core.profile import Profile, load_profile
-from sglx_core.report import Finding, Result
-from sglx_core.util import atomic_write_text
+from sglx_core.report import Result
 
 VARS_FILE = "sglx_profile.yml"
 HEADER = (
@@ -163,34 +163,13 @@ def vars_text(profile: Profile) -> str:
 def ansible_vars(arch: str, out: Path | None, check: bool) -> Result:
     """Print the variables, write them to `out` (atomically), or check `out` is current."""
     profile = load_profile(arch)
-    text = vars_text(profile)
-    command = ("ansible", "vars")
-    data: dict[str, Any] = {"arch": arch, "vars": render_vars(profile)}
-    if out is None:
-        if check:
-            raise SglxError(
-                "--check needs --out FILE: the file to compare with the profile",
-                hint=f"sglx ansible vars --arch {arch} --out PATH --check",
-                code="usage",
-            )
-        return Result(command, data=data, lines=(text.rstrip("\n"),))
-    data["path"] = str(out)
-    if check:
-        current = out.read_text(encoding="utf-8") if out.is_file() else None
-        if current == text:
-            return Result(command, data=data, lines=(f"{out} is up to date",))
-        what = "is missing" if current is None else "differs from the profile"
-        return Result(
-            command,
-            data=data,
-            findings=(
-                Finding(
-                    "ansible_vars_stale",
-                    f"{out} {what}",
-                    path=str(out),
-                    hint=f"re-render it: sglx ansible vars --arch {arch} --out {out}",
-                ),
-            ),
-        )
-    atomic_write_text(out, text, label="--out")  # a regular file or a new path, nothing else
-    return Result(command, data=data, lines=(f"wrote {out}",))
+    return print_write_or_check(
+        ("ansible", "vars"),
+        vars_text(profile),
+        {"arch": arch, "vars": render_vars(profile)},
+        out,
+        check,
+        again=f"sglx ansible vars --arch {arch}",
+        source="the profile",
+        stale_code="ansible_vars_stale",
+    )

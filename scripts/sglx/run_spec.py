@@ -106,6 +106,9 @@ class RunSpec:
     server_args: tuple[str, ...] = ()
     # None for an arch that takes no tuned set, and in the run.json of a bundle made before.
     tuned: TunedMount | None = None
+    # Where the server serves its metrics, on its port (profile observability); None where the
+    # profile turns them off, and in the run.json of a bundle made before they existed.
+    metrics_path: str | None = None
     version: int = field(default=RUN_SPEC_VERSION)
 
     def to_json(self) -> dict[str, Any]:
@@ -134,6 +137,7 @@ class RunSpec:
             words = [*spec.options, *spec.lock, *spec.server_args, *spec.groups]
             words += [spec.arch, spec.network, spec.restart, spec.model_target]
             words += [] if spec.models_root is None else [spec.models_root]
+            words += [] if spec.metrics_path is None else [spec.metrics_path]
             words += [w for d in spec.devices for w in (d.path,)]
             words += [w for m in spec.mounts for w in (m.source, m.target)]
             words += [w for kv in spec.env.items() for w in kv]
@@ -198,6 +202,7 @@ def run_spec(profile: Profile) -> RunSpec:
         tuned=TunedMount(profile.tuning.target, profile.tuning.host_root)
         if profile.tuning.files
         else None,
+        metrics_path=profile.observability.metrics_path if profile.observability.metrics else None,
     )
 
 
@@ -423,4 +428,7 @@ def ansible_vars(spec: RunSpec) -> dict[str, Any]:
         "sglang_service_tuning": {}
         if spec.tuned is None
         else {"root": spec.tuned.host_root, "target": spec.tuned.target},
+        # Where the server serves its metrics on sglang_service_port ("" = the profile turns
+        # them off); sglang_service_metrics turns them off on a host.
+        "sglang_service_metrics_path": spec.metrics_path or "",
     }

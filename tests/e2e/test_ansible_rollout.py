@@ -215,7 +215,7 @@ SERVING_CHECKS = (
     "bundle_image_present", "service_active", "running_server_environment",
     "running_container_shares_the_device_init_lock", "running_container_mounts_its_jit_cache",
     "health_and_completion", "served_numerics", "served_speed",
-    "group_runs_the_same", "image_preflight", "serving_profile_selected",
+    "group_runs_the_same", "image_preflight", "serving_profile_selected", "metrics_served",
 )  # fmt: skip
 # Weights cut short, config.json untouched: the second half of every matrix of the demo model's
 # last layer zeroed, as a conversion that stopped early leaves it. The server starts and
@@ -357,6 +357,17 @@ def served(fleet: Fleet, host: SshHost) -> str:
     return str(body["choices"][0]["text"])
 
 
+def served_metrics(fleet: Fleet, host: SshHost) -> dict[str, list[dict[str, str]]]:
+    """The server's /metrics (the run spec's path): each family's samples' labels."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    status, text = http(f"http://127.0.0.1:{fleet.ports[host.name]}/metrics", None, timeout=30)
+    assert status == 200, text
+    return {
+        f.name: [dict(s.labels) for s in f.samples] for f in text_string_to_metric_families(text)
+    }
+
+
 def wait_healthy(fleet: Fleet, host: SshHost, timeout: float = 420) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -473,6 +484,15 @@ def test_rollout_serves_on_both_hosts_idempotently(
     for host in (a, b):
         assert served(fleet, host)
         assert running_image(host) == fleet.state["v1_id"]
+        # Metrics on by default (issue 41): sglang's series and sglx's at the same route.
+        metrics = served_metrics(fleet, host)
+        assert {
+            "sglang:num_running_reqs",
+            "sglang:prompt_tokens",
+            "sglx_server_start_time_seconds",
+        } <= set(metrics), sorted(metrics)
+        ((info,),) = [metrics["sglx_info"]]
+        assert (info["arch"], info["model"]) == ("cpu", "demo"), info
         argv = server_argv(host)  # the odd argument arrives as one word, nothing expanded
         assert argv[argv.index("--download-dir") + 1 :][:1] == [ODD_ARG], argv
         assert argv.count("--download-dir") == 1, argv
@@ -632,8 +652,10 @@ def test_hosts_serving_other_numbers_or_too_slowly_fail_the_gate_and_are_rolled_
         twice = f"{slow.group(2)}, then {slow.group(3)}"
         fleet.note(f"speed break: host-b at a third of a core and one running request served "
                    f"{twice} output tok/s (floor {SLOW_FLOOR})")  # fmt: skip
-        # The same folder, rolled out with the replay off on host-a: it serves, healthy.
-        ungated = {"host-a": {**cut, "sglang_service_gate_numerics": False}}
+        # The same folder, rolled out with the replay off on host-a: it serves, healthy. Its
+        # metrics are off too (the restart is one the break needs anyway).
+        ungated = {"host-a": {**cut, "sglang_service_gate_numerics": False,
+                              "sglang_service_metrics": False}}  # fmt: skip
         code, out = fleet.play(fleet.inventory("cut-ungated", "cpu", ungated), "rollout.yml",
                                "-e", f"sglx_bundle_path={v1}", *BOTH)  # fmt: skip
         assert code == 0, out
@@ -645,8 +667,13 @@ def test_hosts_serving_other_numbers_or_too_slowly_fail_the_gate_and_are_rolled_
         said = message(report, "host-a", "served_numerics")
         assert f"host host-a: prompt '{drift.group(1)}': served numbers drift" in said, said
         seen = outcomes(report, "host-a")
-        configuration = set(SERVING_CHECKS) - {"served_numerics"}
+        configuration = set(SERVING_CHECKS) - {"served_numerics", "metrics_served"}
         assert all(seen[c] == "passed" for c in configuration), report
+        # sglang_service_metrics: false: SGLX_METRICS=0 reached the server, which serves no
+        # metrics route, and acceptance says so instead of failing
+        assert seen["metrics_served"] == "skipped", report
+        assert http(f"http://127.0.0.1:{fleet.ports['host-a']}/metrics", None, 30)[0] == 404
+        assert "SGLX_METRICS=0" in a.exec("cat /etc/sglx/sglx-server.env")
     finally:  # host-a back on the image's own model, for the tests after this one
         code, out = fleet.play(fleet.inventories["roll"], "rollout.yml",
                                "-e", f"sglx_bundle_path={v1}", *BOTH)  # fmt: skip

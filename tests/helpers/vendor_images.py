@@ -219,12 +219,20 @@ def _install_site_packages(base: str, wheelhouse: Path, cpu_torch: Path, tag: st
         + " ".join(wheels)
         + " && rm -rf /tmp/pip"
     )
+    from docker.types import Mount
+
+    # Mounts, not docker-py's `volumes=`, which also lists each target in the container's
+    # Config.Volumes: the commit would keep them, and every container of an image built on
+    # this base would get (and leave behind) two anonymous volumes.
     container = docker_client().containers.run(
         base,
         ["sh", "-c", script],
         detach=True,
         network_mode="none",
-        volumes={str(wheelhouse): {"bind": "/w", "mode": "ro"}, str(cpu_torch): {"bind": "/t"}},
+        mounts=[
+            Mount("/w", str(wheelhouse), type="bind", read_only=True),
+            Mount("/t", str(cpu_torch), type="bind"),
+        ],
     )
     try:
         code = container.wait(timeout=1800)["StatusCode"]

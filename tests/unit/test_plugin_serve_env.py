@@ -52,7 +52,9 @@ def baked(arch: str, tmp_path: Path) -> Path:
     return bake(arch, tmp_path / "arch.yaml", container={"jit_cache": jit})
 
 
-def serve(arch: str, tmp_path: Path, model: Path) -> tuple[subprocess.CompletedProcess[str], Any]:
+def serve(
+    arch: str, tmp_path: Path, model: Path, extra: dict[str, str] | None = None
+) -> tuple[subprocess.CompletedProcess[str], Any]:
     image_env = dockerfile_env(REPO / "images" / arch / "Dockerfile")
     out = tmp_path / "probe.json"
     env = {
@@ -65,6 +67,7 @@ def serve(arch: str, tmp_path: Path, model: Path) -> tuple[subprocess.CompletedP
         **USER_ENV,
         "PYTHONPATH": str(REPO / "tests" / "helpers"),
         "SGLX_TEST_PROBE_OUT": str(out),
+        **(extra or {}),
     }
     # The host's memory, which the cpu arch's serving-profile selection reads under the root.
     (tmp_path / "host" / "proc").mkdir(parents=True)

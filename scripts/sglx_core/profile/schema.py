@@ -1023,6 +1023,21 @@ class Gate(_Strict):
     comm_share: CommShare = Field(default_factory=CommShare)
 
 
+class Observability(_Strict):
+    """What the server exposes for the site's Prometheus (docs/reference/observability.md)."""
+
+    metrics: StrictBool = Field(
+        default=True,
+        description="Start the server with sglang's metrics (--enable-metrics), sglx's own "
+        "series beside them; SGLX_METRICS=0 in the server's environment (the sglang_service "
+        "role's sglang_service_metrics: false) turns them off on a host.",
+    )
+    metrics_path: Annotated[str, StringConstraints(strict=True, pattern=r"^/[a-z_/]*$")] = Field(
+        default="/metrics",
+        description="Where the server serves them, on its port (sglang's route).",
+    )
+
+
 SglangOp = Literal["rms_norm", "silu_and_mul", "gelu_and_mul", "rotary_embedding"]
 
 
@@ -1582,6 +1597,10 @@ class Profile(_Strict):
     tuning: Tuning = Field(
         default_factory=Tuning,
         description="Tuned GEMM configurations a tuned set may carry (docs/reference/tuned.md).",
+    )
+    observability: Observability = Field(
+        default_factory=Observability,
+        description="Metrics for the site's Prometheus (docs/reference/observability.md).",
     )
 
     @model_validator(mode="after")
