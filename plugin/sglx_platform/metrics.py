@@ -16,7 +16,9 @@ at import.
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -31,13 +33,14 @@ PREFIX = "sglx_"
 
 def prepare() -> Path:
     """A fresh folder for the server's metrics, named in this process's environment (which the
-    server inherits); one the operator named is kept."""
+    server inherits) and removed when this process exits; one the operator named is kept."""
     named = os.environ.get(MULTIPROC_ENV)
     if named:
         Path(named).mkdir(parents=True, exist_ok=True)
         return Path(named)
     folder = Path(tempfile.mkdtemp(prefix="sglx-metrics-"))
     os.environ[MULTIPROC_ENV] = str(folder)
+    atexit.register(shutil.rmtree, folder, True)
     return folder
 
 

@@ -82,14 +82,21 @@ def served_metrics(folder: str) -> dict[str, list[tuple[dict[str, str], float]]]
 def test_sglx_serve_gives_the_server_a_metrics_folder_with_sglx_series(
     tmp_path: Path, model: Path
 ) -> None:
+    """A fresh folder per start, removed when sglx-serve exits; one the operator names is kept
+    (here, to read what the server's /metrics would have served)."""
     started = time.time()
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     proc, probe = serve("cpu", tmp_path, model, {"TMPDIR": str(scratch)})
     assert proc.returncode == 0, proc.stderr[-3000:]
-    folder = probe["environ"]["PROMETHEUS_MULTIPROC_DIR"]
-    assert Path(folder).parent == scratch and Path(folder).name.startswith("sglx-metrics-")
-    served = served_metrics(folder)
+    fresh = Path(probe["environ"]["PROMETHEUS_MULTIPROC_DIR"])
+    assert fresh.parent == scratch and fresh.name.startswith("sglx-metrics-")
+    assert not fresh.exists()  # removed at exit
+    kept = tmp_path / "metrics"
+    (tmp_path / "again").mkdir()
+    proc, probe = serve("cpu", tmp_path / "again", model, {"PROMETHEUS_MULTIPROC_DIR": str(kept)})
+    assert proc.returncode == 0 and probe["environ"]["PROMETHEUS_MULTIPROC_DIR"] == str(kept)
+    served = served_metrics(str(kept))
     ((labels, value),) = served["sglx_info"]
     assert (
         labels
