@@ -51,8 +51,10 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, st
             "ansible.builtin.template": {
                 "src": str(template), "dest": f"{work}/{{{{ item.key }}}}.env", "mode": "0644",
             },
+            # the role's defaults this template reads (rendered here outside the role)
             "vars": {"sglang_service_env": "{{ item.value }}",
-                     "sglang_service_extra_env": {"SITE_ADDED": "1"}},
+                     "sglang_service_extra_env": {"SITE_ADDED": "1"},
+                     "sglang_service_metrics": True},
             "loop": "{{ cases | dict2items }}",
         }],
     }]  # fmt: skip
