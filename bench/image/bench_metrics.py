@@ -88,8 +88,8 @@ def serve_once(work: Path, model: Path, extra: dict[str, str]) -> dict[str, Any]
         deadline = time.monotonic() + 600
         while True:
             try:
-                if _get(base + "/health"):
-                    break
+                _get(base + "/health")  # 200 with an empty body; an error status raises
+                break
             except OSError:
                 if server.poll() is not None or time.monotonic() > deadline:
                     raise SystemExit(f"bench_metrics: no server answered on {port}") from None
