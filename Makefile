@@ -59,7 +59,7 @@ unit: ## Run the unit tests only (no Docker engine needed)
 	@SGLX_NO_ENGINE=1 bash scripts/bootstrap.sh
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
 
-lint: setup ## ruff (lint and format check), mypy, the import layering contracts, ansible-lint (production profile), the Ansible vars and Prometheus rules drift checks and promtool
+lint: setup ## ruff (lint and format check), mypy, the import layering contracts, ansible-lint (production profile), the Ansible vars, Prometheus rules and Grafana dashboard drift checks and promtool
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
@@ -68,6 +68,7 @@ lint: setup ## ruff (lint and format check), mypy, the import layering contracts
 	for arch in $$($(SGLX) arch list --json | $(BIN)/python -c 'import json,sys; print(" ".join(a["arch"] for a in json.load(sys.stdin)["data"]["arches"]))'); do \
 	  $(SGLX) ansible vars --arch $$arch --out ansible/inventory/example/group_vars/$$arch/sglx_profile.yml --check; done
 	$(SGLX) ansible rules --out ansible/prometheus/sglx.rules.yml --check
+	$(SGLX) ansible dashboard --out ansible/prometheus/sglx.dashboard.json --check
 	promtool check rules ansible/prometheus/sglx.rules.yml
 
 rollout: setup ## Roll BUNDLE (a folder on the hosts) out to INVENTORY's hosts of ARCH, one at a time (ansible/rollout.yml)

@@ -47,6 +47,19 @@ def register(
     p.add_argument("--out", type=Path, metavar="FILE", help="write the rules to FILE")
     p.add_argument("--check", action="store_true", help="exit 1 if FILE is stale")
     p.set_defaults(func=_cmd_ansible_rules)
+    p = verbs.add_parser(
+        "dashboard",
+        parents=[common],
+        help="print (or write) the Grafana dashboard of an sglx fleet",
+        description="Throughput, latency percentiles, KV cache, requests, cache hits and "
+        "restarts per host and fleet, over the series the rules watch, as a Grafana dashboard "
+        "JSON a site imports (ansible/prometheus/sglx.dashboard.json; docs/reference/"
+        "observability.md). --check compares --out with what sglx renders and exits 1 when it "
+        "is stale.",
+    )
+    p.add_argument("--out", type=Path, metavar="FILE", help="write the dashboard to FILE")
+    p.add_argument("--check", action="store_true", help="exit 1 if FILE is stale")
+    p.set_defaults(func=_cmd_ansible_dashboard)
 
 
 def _cmd_ansible_vars(args: argparse.Namespace) -> Result:
@@ -59,3 +72,9 @@ def _cmd_ansible_rules(args: argparse.Namespace) -> Result:
     from sglx.prometheus_rules import prometheus_rules
 
     return prometheus_rules(args.out, args.check)
+
+
+def _cmd_ansible_dashboard(args: argparse.Namespace) -> Result:
+    from sglx.grafana_dashboard import grafana_dashboard
+
+    return grafana_dashboard(args.out, args.check)

@@ -26,12 +26,13 @@ def specs(role: str) -> dict[str, dict]:
     return doc["argument_specs"]
 
 
-def test_the_six_roles_exist() -> None:
+def test_the_seven_roles_exist() -> None:
     assert ROLES == [
         "accel_host",
         "bundle_install",
         "container_runtime",
         "sglang_service",
+        "sglx_prometheus",
         "sglx_registry",
         "sglx_rollout",
     ]
@@ -89,7 +90,7 @@ def test_preflight_only_asserts_and_reads(role: str) -> None:
 
 
 # The roles whose README.md (style.md, Ansible) is written; the others follow.
-WITH_README = ["sglang_service", "sglx_registry", "sglx_rollout"]
+WITH_README = ["sglang_service", "sglx_prometheus", "sglx_registry", "sglx_rollout"]
 
 
 def _task_files(role: str) -> list[Path]:

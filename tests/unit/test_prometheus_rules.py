@@ -1,7 +1,8 @@
 """The Prometheus rules a site loads (issue 41): rendered by `sglx ansible rules`, committed
 current, accepted by promtool, every alert covered by a `promtool test rules` case
 (tests/prometheus/sglx.rules.test.yml) that fires it, and every series a rule reads one that
-sglang 0.5.23 or sglx actually writes."""
+sglang 0.5.23 or sglx actually writes. The Grafana dashboard (`sglx ansible dashboard`) is held to
+the same: committed current, every query valid PromQL to promtool and over written series."""
 
 from __future__ import annotations
 
@@ -14,6 +15,12 @@ import pytest
 import yaml
 
 import sglx_platform.metrics
+from sglx.grafana_dashboard import (
+    DASHBOARD_FILE,
+    dashboard_document,
+    dashboard_queries,
+    dashboard_text,
+)
 from sglx.prometheus_rules import RULES_FILE, rules_document, rules_text
 
 REPO = Path(__file__).resolve().parents[2]
@@ -67,10 +74,7 @@ def _written_series() -> set[str]:
     ids=lambda r: r.get("alert") or r["record"],
 )
 def test_every_series_a_rule_reads_is_written_by_sglang_or_sglx(rule: dict[str, str]) -> None:
-    recorded = {
-        r["record"] for g in rules_document()["groups"] for r in g["rules"] if "record" in r
-    }
-    used = set(_SERIES.findall(rule["expr"])) - recorded
+    used = set(_SERIES.findall(rule["expr"])) - _recorded()
     assert used <= _written_series(), used - _written_series()
 
 
@@ -90,3 +94,33 @@ def test_a_stale_rules_file_is_a_finding_naming_the_fix(tmp_path: Path) -> None:
     assert "prometheus_rules_stale" in proc.stdout
     assert f"re-render it: sglx ansible rules --out {stale}" in proc.stdout
     assert stale.read_text() == "groups: []\n"
+
+
+def _recorded() -> set[str]:
+    return {r["record"] for g in rules_document()["groups"] for r in g["rules"] if "record" in r}
+
+
+def test_the_committed_dashboard_is_what_sglx_renders() -> None:
+    assert (REPO / DASHBOARD_FILE).read_text() == dashboard_text()
+    document = dashboard_document()
+    ids = [panel["id"] for panel in document["panels"]]
+    assert len(ids) == len(set(ids)) and all(p["targets"] for p in document["panels"])
+    variables = {v["name"] for v in document["templating"]["list"]}
+    assert variables == {"datasource", "fleet", "host"}
+
+
+def test_every_dashboard_query_is_promql_over_written_series(tmp_path: Path) -> None:
+    """Each query, its variables given a value, as a recording rule promtool checks; each series
+    it names is sglang's, sglx's (a histogram's by its _bucket) or a rule's recording."""
+    rules = [
+        {"record": f"dashboard:query_{n}", "expr": q.replace("$fleet", ".*").replace("$host", ".*")}
+        for n, q in enumerate(dashboard_queries())
+    ]
+    queries = {"groups": [{"name": "dashboard", "rules": rules}]}
+    (tmp_path / "queries.yml").write_text(yaml.safe_dump(queries))
+    checked = promtool("check", "rules", str(tmp_path / "queries.yml"))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    used = {
+        re.sub(r"_bucket$", "", name) for q in dashboard_queries() for name in _SERIES.findall(q)
+    }
+    assert used - _recorded() <= _written_series(), used - _recorded() - _written_series()
