@@ -140,7 +140,15 @@ def _role_calls(path: Path) -> Iterator[tuple[str, str]]:
                     yield task[key]["name"], task[key].get("tasks_from", "main")
 
 
-PLAYBOOKS = ["site.yml", "rollout.yml", "bundle.yml", "registry.yml", "registry-gc.yml"]
+PLAYBOOKS = [
+    "site.yml",
+    "rollout.yml",
+    "bundle.yml",
+    "registry.yml",
+    "registry-gc.yml",
+    "comm-debug.yml",
+    "monitoring.yml",
+]
 CALLERS = [
     *(ANSIBLE / name for name in PLAYBOOKS),
     *(path for role in ROLES for path in _task_files(role)),
