@@ -88,6 +88,9 @@ def test_targets_job_and_rules_land_checked_and_idempotent(tmp_path: Path) -> No
     ((job,),) = [yaml.safe_load((prometheus / "sglx.scrape.yml").read_text())]
     assert job["job_name"] == "sglx", job
     assert job["file_sd_configs"] == [{"files": [str(prometheus / "file_sd" / "sglx.json")]}]
+    # sglang's names, which Prometheus 2.x receives escaped (sglang_NAME), put back
+    (relabel,) = job["metric_relabel_configs"]
+    assert (relabel["regex"], relabel["replacement"]) == ("sglang_(.+)", "sglang:$1"), relabel
     shipped = (ANSIBLE / "prometheus" / "sglx.rules.yml").read_bytes()
     assert (prometheus / "rules" / "sglx.rules.yml").read_bytes() == shipped
     # The site's prometheus.yml with the job pasted in and the rules listed: promtool checks
