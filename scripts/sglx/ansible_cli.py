@@ -32,9 +32,7 @@ def register(
         description="Print the variables as a YAML group_vars file, or write it with --out "
         "(atomically). --check compares --out with the profile and exits 1 when it is stale.",
     )
-    p.add_argument("--out", type=Path, metavar="FILE", help="write the variables to FILE")
-    p.add_argument("--check", action="store_true", help="exit 1 if FILE is stale")
-    p.set_defaults(func=_cmd_ansible_vars)
+    _rendered_file(p, "the variables", _cmd_ansible_vars)
     p = verbs.add_parser(
         "rules",
         parents=[common],
@@ -44,9 +42,7 @@ def register(
         "observability.md). --check compares --out with what sglx renders and exits 1 when it "
         "is stale.",
     )
-    p.add_argument("--out", type=Path, metavar="FILE", help="write the rules to FILE")
-    p.add_argument("--check", action="store_true", help="exit 1 if FILE is stale")
-    p.set_defaults(func=_cmd_ansible_rules)
+    _rendered_file(p, "the rules", _cmd_ansible_rules)
     p = verbs.add_parser(
         "dashboard",
         parents=[common],
@@ -57,9 +53,14 @@ def register(
         "observability.md). --check compares --out with what sglx renders and exits 1 when it "
         "is stale.",
     )
-    p.add_argument("--out", type=Path, metavar="FILE", help="write the dashboard to FILE")
+    _rendered_file(p, "the dashboard", _cmd_ansible_dashboard)
+
+
+def _rendered_file(p: argparse.ArgumentParser, what: str, handler: object) -> None:
+    """--out FILE and --check, the options of every file sglx renders (sglx.rendered)."""
+    p.add_argument("--out", type=Path, metavar="FILE", help=f"write {what} to FILE")
     p.add_argument("--check", action="store_true", help="exit 1 if FILE is stale")
-    p.set_defaults(func=_cmd_ansible_dashboard)
+    p.set_defaults(func=handler)
 
 
 def _cmd_ansible_vars(args: argparse.Namespace) -> Result:
