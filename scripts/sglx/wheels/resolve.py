@@ -30,11 +30,17 @@ PIP_TIMEOUT_S = 1800
 
 
 def resolve(
-    profile: Profile, *, find_links: Sequence[Path], uploaded_prior_to: str, progress: Progress
+    profile: Profile,
+    *,
+    find_links: Sequence[Path],
+    uploaded_prior_to: str,
+    progress: Progress,
+    pins: Sequence[Wheel] = (),
 ) -> Lock:
     """The lock of `profile`, resolved from what the index held before `uploaded_prior_to` (an
     ISO 8601 UTC time, recorded in the lock's header): the same inputs and cutoff resolve to
-    the same lock on any later day, whatever was uploaded since."""
+    the same lock on any later day, whatever was uploaded since. `pins` constrain the
+    resolution to those versions (pip's --constraint), to ask whether a lock still resolves."""
     target = target_of(profile)
     provided = {canonical(n) for n in profile.base.provides}
     requirements = {canonical(n): spec for n, spec in profile.python.requirements.items()}
@@ -63,10 +69,15 @@ def resolve(
         f"resolving {len(with_deps)} requirements for {target.describe()}, from uploads "
         f"before {uploaded_prior_to}"
     )
-    resolved = _pip_report(with_deps, target, find_links, uploaded_prior_to, no_deps=False)
+    constraints = [f"{w.name}=={w.version}" for w in pins]
+    resolved = _pip_report(
+        with_deps, target, find_links, uploaded_prior_to, constraints, no_deps=False
+    )
     if without:
         progress(f"pinning {', '.join(without)} without their declared dependencies")
-        resolved += _pip_report(without, target, find_links, uploaded_prior_to, no_deps=True)
+        resolved += _pip_report(
+            without, target, find_links, uploaded_prior_to, constraints, no_deps=True
+        )
     kept = _prune(resolved, roots=set(requirements), provided=provided, target=target)
     wheels = tuple(sorted((_wheel(item) for item in kept), key=lambda w: canonical(w.name)))
     inputs = inputs_digest(profile)
@@ -87,11 +98,14 @@ def _pip_report(
     target: Target,
     find_links: Sequence[Path],
     uploaded_prior_to: str,
+    constraints: Sequence[str],
     *,
     no_deps: bool,
 ) -> list[dict[str, Any]]:
     with scratch_dir("sglx-lock-") as scratch:
         report = scratch / "report.json"
+        pinned = scratch / "constraints.txt"
+        pinned.write_text("".join(f"{c}\n" for c in constraints))
         argv = [
             sys.executable,
             "-m",
@@ -112,6 +126,7 @@ def _pip_report(
             *target.pip_args(),
         ]
         argv += ["--no-deps"] if no_deps else []
+        argv += ["--constraint", str(pinned)] if constraints else []
         for folder in find_links:
             argv += ["--find-links", str(folder)]
         proc = subprocess.run(

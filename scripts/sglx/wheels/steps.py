@@ -84,19 +84,31 @@ def lock(
     }
     if check:
         current = path.read_text() if path.is_file() else ""
-        findings = (
-            ()
-            if current == text
-            else (
-                Finding(
-                    "lock_stale",
-                    f"{display_path(path)} differs from a fresh resolution of its inputs with "
-                    f"uploads before {cutoff}",
-                    hint=f"sglx wheels lock --arch {profile.arch}",
-                ),
+        lines: list[str] = []
+        findings: tuple[Finding, ...] = ()
+        if current != text:
+            rewritten = _rewritten_history(
+                profile, find_links, committed, new, current, cutoff, progress
             )
-        )
-        lines = [f"{display_path(path)}: {'up to date' if not findings else 'stale'}"]
+            if rewritten is None:
+                findings = (
+                    Finding(
+                        "lock_stale",
+                        f"{display_path(path)} differs from a fresh resolution of its inputs "
+                        f"with uploads before {cutoff}",
+                        hint=f"sglx wheels lock --arch {profile.arch}",
+                    ),
+                )
+            else:
+                data["index_rewrote_history"] = rewritten
+                lines += [
+                    f"information: the index now lists {len(rewritten)} wheel(s) as uploaded "
+                    f"before {cutoff} that a resolution then did not take (uploaded with an "
+                    "earlier date, or yanked and restored since); the locked wheels still "
+                    "resolve with their hashes, so the lock stands and a new lock takes them:",
+                    *(f"  {name}: {was} -> {now}" for name, was, now in rewritten),
+                ]
+        lines.insert(0, f"{display_path(path)}: {'up to date' if not findings else 'stale'}")
         if drift:
             newer = _drift(profile, find_links, new, progress)
             data["drift"] = newer
@@ -141,6 +153,49 @@ def _unpinned_lock(profile: Profile, path: Path) -> Result:
     )
 
 
+def _rewritten_history(
+    profile: Profile,
+    find_links: Sequence[Path],
+    committed: lockfile.Lock | None,
+    fresh: lockfile.Lock,
+    committed_text: str,
+    cutoff: str,
+    progress: Progress,
+) -> list[tuple[str, str, str]] | None:
+    """Where a fresh resolution differs from the committed lock only because the index changed
+    what it held before the cutoff (a file published with an earlier upload time, a yank
+    undone), the committed pins still resolve to exactly the committed lock: then the changed
+    wheels, else None (the lock is stale: its inputs, or its text, changed)."""
+    if committed is None or committed.inputs != fresh.inputs:
+        return None
+    progress("the fresh resolution differs: asking whether the locked wheels still resolve")
+    try:
+        again = resolve(
+            profile,
+            find_links=find_links,
+            uploaded_prior_to=cutoff,
+            progress=progress,
+            pins=committed.wheels,
+        )
+    except SglxError:
+        return None
+    if lockfile.render(again, f"images/{profile.arch}/arch.yaml") != committed_text:
+        return None
+    return _changed(committed, fresh)
+
+
+def _changed(was_lock: lockfile.Lock, now_lock: lockfile.Lock) -> list[tuple[str, str, str]]:
+    """(name, version in `was_lock`, version in `now_lock`) for each wheel that differs; '-'
+    stands for absent."""
+    was = {lockfile.canonical(w.name): w.version for w in was_lock.wheels}
+    now = {lockfile.canonical(w.name): w.version for w in now_lock.wheels}
+    return [
+        (name, was.get(name, "-"), now.get(name, "-"))
+        for name in sorted(was.keys() | now.keys())
+        if was.get(name) != now.get(name)
+    ]
+
+
 def _drift(
     profile: Profile, find_links: Sequence[Path], locked: lockfile.Lock, progress: Progress
 ) -> list[tuple[str, str, str]]:
@@ -149,13 +204,7 @@ def _drift(
     today = resolve(
         profile, find_links=find_links, uploaded_prior_to=lockfile.now_cutoff(), progress=progress
     )
-    was = {lockfile.canonical(w.name): w.version for w in locked.wheels}
-    now = {lockfile.canonical(w.name): w.version for w in today.wheels}
-    return [
-        (name, was.get(name, "-"), now.get(name, "-"))
-        for name in sorted(was.keys() | now.keys())
-        if was.get(name) != now.get(name)
-    ]
+    return _changed(locked, today)
 
 
 def fetch(profile: Profile, dest: Path | None, progress: Progress) -> Result:
