@@ -212,6 +212,7 @@ def test_the_roles_rules_are_sglxs() -> None:
     assert rules["_bundle_install_max_sums_bytes"] == install_sh.MAX_SUMS_BYTES
     assert rules["_bundle_install_max_manifest_bytes"] == layout.MAX_MANIFEST_BYTES
     assert rules["_bundle_install_scan_report"] == layout.SCAN_REPORT
+    assert rules["_bundle_install_ansible_dir"] == layout.ANSIBLE
     assert rules["_bundle_install_max_meta_bytes"] == layout.MAX_META_BYTES
     assert rules["_bundle_install_sign_namespace"] == layout.SIGN_NAMESPACE
     # A delta bundle's image record (tasks/image.yml).
