@@ -59,7 +59,7 @@ unit: ## Run the unit tests only (no Docker engine needed)
 	@SGLX_NO_ENGINE=1 bash scripts/bootstrap.sh
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
 
-lint: setup ## ruff (lint and format check), mypy, the import layering contracts, ansible-lint (production profile), the Ansible vars, Prometheus rules and Grafana dashboard drift checks and promtool
+lint: setup ## ruff (lint and format check), mypy, the import layering contracts, ansible-lint (production profile), the Ansible vars, Prometheus rules and Grafana dashboard drift checks, promtool, and shellcheck of the install.sh sglx renders
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
@@ -70,6 +70,7 @@ lint: setup ## ruff (lint and format check), mypy, the import layering contracts
 	$(SGLX) ansible rules --out ansible/prometheus/sglx.rules.yml --check
 	$(SGLX) ansible dashboard --out ansible/prometheus/sglx.dashboard.json --check
 	promtool check rules ansible/prometheus/sglx.rules.yml
+	$(BIN)/pytest -q -p no:cacheprovider tests/unit/test_install_sh_shellcheck.py
 
 rollout: setup ## Roll BUNDLE (a folder on the hosts) out to INVENTORY's hosts of ARCH, one at a time (ansible/rollout.yml)
 	@test -n "$(INVENTORY)" || { echo "make rollout: set INVENTORY=FILE (see ansible/inventory/example)" >&2; exit 2; }

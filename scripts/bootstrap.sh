@@ -16,8 +16,9 @@ DOCKERD_LOG=${DOCKERD_LOG:-/var/log/sglx-dockerd.log}
 # Debian packages the tool and its tests use: the engine, debootstrap for the cpu base,
 # pax-utils (lddtree), the baseline bench/scan compares against, and the site registry's
 # docker-registry and skopeo (role sglx_registry, tests/integration/test_site_registry.py),
-# and prometheus for its promtool (the rules' checks and tests; its daemon is not started).
-APT_PACKAGES=(docker.io debootstrap pax-utils skopeo docker-registry prometheus)
+# prometheus for its promtool (the rules' checks and tests; its daemon is not started), and
+# shellcheck for the install.sh sglx renders (tests/unit/test_install_sh_shellcheck.py).
+APT_PACKAGES=(docker.io debootstrap pax-utils skopeo docker-registry prometheus shellcheck)
 
 say() { printf 'bootstrap: %s\n' "$*"; }
 die() { printf 'bootstrap: error: %s\n' "$*" >&2; exit 2; }

@@ -32,7 +32,7 @@ FUNCTIONS_SH = r"""# The weights outside the image (bundle.json weights; '' when
 # none): their digest, their folder in this bundle ('' when not carried) and the bundle that
 # carried them.
 weights_digest=@DIGEST@ weights_hex=@HEX@ weights_src=@SRC@ weights_from=@FROM@
-weights_why= weights_state=
+weights_why='' weights_state=''
 weights_list() {
   cat <<'SGLX_WEIGHTS_LIST'
 @LIST@
@@ -47,6 +47,7 @@ weights_ok() {
   fi
   weights_list >"$tmp/w.list"
   cut -d' ' -f3 "$tmp/w.list" | LC_ALL=C sort >"$tmp/w.want"
+  # shellcheck disable=SC2012  # a name ls cannot print plainly fails the comparison anyway
   ls -A -- "$1" | LC_ALL=C sort >"$tmp/w.have"
   odd=$(LC_ALL=C comm -3 "$tmp/w.want" "$tmp/w.have" | head -n 1 | tr -d '\t')
   if [ -n "$odd" ]; then
