@@ -73,7 +73,7 @@ def lock(
         return _unpinned_lock(profile, path)
     cutoff = lockfile.upload_cutoff(cutoff, what="the cutoff") if cutoff else lockfile.now_cutoff()
     new = resolve(profile, find_links=find_links, uploaded_prior_to=cutoff, progress=progress)
-    text = lockfile.render(new, f"images/{profile.arch}/arch.yaml")
+    text = _lock_text(new)
     data: dict[str, object] = {
         "lock": str(path),
         "wheels": len(new.wheels),
@@ -138,6 +138,11 @@ def lock(
     )
 
 
+def _lock_text(lock: lockfile.Lock) -> str:
+    """The lock file's text, naming the profile it was generated from."""
+    return lockfile.render(lock, f"images/{lock.arch}/arch.yaml")
+
+
 def _unpinned_lock(profile: Profile, path: Path) -> Result:
     return Result(
         ("wheels", "lock"),
@@ -179,7 +184,7 @@ def _rewritten_history(
         )
     except SglxError:
         return None
-    if lockfile.render(again, f"images/{profile.arch}/arch.yaml") != committed_text:
+    if _lock_text(again) != committed_text:
         return None
     return _changed(committed, fresh)
 
