@@ -25,7 +25,7 @@ from sglx.base_archive import (
     inspect_archive,
     split_reference,
 )
-from sglx.engine import docker_client
+from sglx.engine import docker_client, image_ids
 from sglx.progress import Progress
 from sglx_core.errors import SglxError
 from sglx_core.profile import Profile
@@ -255,7 +255,7 @@ def _engine_call(call: Callable[[], T], what: str) -> T:
 
 
 def _image_ids(client: Any) -> set[str]:
-    return {i.id for i in _engine_call(lambda: client.images.list(all=True), "listing images")}
+    return _engine_call(lambda: image_ids(client), "listing images")
 
 
 def _load(client: Any, info: ImageArchive) -> Any:

@@ -25,6 +25,26 @@ def docker_client(timeout: int = 600) -> Any:
     return client
 
 
+def image_ids(client: Any) -> set[str]:
+    """The ids of every image the engine holds, in one call. `client.images.list` would inspect
+    each image after listing it, and fails outright when another client removes one meanwhile."""
+    return {str(entry) for entry in client.api.images(all=True, quiet=True)}
+
+
+def listed_images(client: Any) -> list[Any]:
+    """Every image the engine holds, inspected; an image removed between the listing and its
+    inspection (by another client of the same engine) is left out instead of failing the call."""
+    from docker.errors import NotFound
+
+    found = []
+    for image_id in sorted(image_ids(client)):
+        try:
+            found.append(client.images.get(image_id))
+        except NotFound:
+            continue
+    return found
+
+
 def read_image_file(client: Any, image_id: str, path: str, max_bytes: int) -> bytes | None:
     """The bytes of the regular file `path` in an image, read from a container that is never
     started; None when it is absent, not a regular file, or larger than `max_bytes`."""

@@ -30,6 +30,8 @@ from typing import Any
 import pytest
 from filelock import FileLock
 
+from sglx.engine import image_ids
+
 ENGINE_BEFORE = "engine-images-before.json"
 
 
@@ -110,7 +112,7 @@ def note_engine_images(config: pytest.Config, client: Any) -> None:
         if not path.exists():
             RUNS_USING_THE_ENGINE.mkdir(exist_ok=True)
             (RUNS_USING_THE_ENGINE / str(_controller_pid(config))).touch()
-            _write(path, {"ids": [image.id for image in client.images.list(all=True)]})
+            _write(path, {"ids": sorted(image_ids(client))})
 
 
 def _controller_pid(config: pytest.Config) -> int:

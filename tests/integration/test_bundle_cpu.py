@@ -23,6 +23,7 @@ from helpers.engine_fixtures import free_port
 from helpers.server import http, wait_healthy
 
 from sglx.cli import main
+from sglx.engine import image_ids
 
 
 def cli_json(*argv: str) -> tuple[int, dict[str, Any]]:
@@ -44,7 +45,7 @@ def round_trip(docker: Any, cpu_bundle: dict[str, Any], workdir: Path, run_id: s
         assert (code, verified["findings"]) == (0, []), verified
 
         docker.images.remove(tag, noprune=True)
-        assert image_id not in {image.id for image in docker.images.list(all=True)}
+        assert image_id not in image_ids(docker)
 
         code, first = cli_json("bundle", "install", "--no-scan", str(bundle), "--state", str(state))
         assert code == 0, first

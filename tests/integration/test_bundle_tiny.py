@@ -19,6 +19,8 @@ from typing import Any
 import pytest
 from helpers.bundles import import_tiny_image, sglx_process
 
+from sglx.engine import image_ids
+
 CliRunner = Callable[..., tuple[int, str, str]]
 JsonRunner = Callable[..., tuple[int, dict[str, Any]]]
 CHUNK = "1MiB"
@@ -32,7 +34,7 @@ def remove_image(docker: Any, ref: str) -> None:
 
 
 def has_image(docker: Any, image_id: str) -> bool:
-    return any(image.id == image_id for image in docker.images.list(all=True))
+    return image_id in image_ids(docker)
 
 
 @pytest.fixture(scope="module")
@@ -526,8 +528,8 @@ def test_an_install_killed_during_the_load_and_the_weights_completes_on_rerun(
         "weights": "done",
     }
     assert [p.name for p in target.iterdir()] == ["big-cpu"]
-    copies = [image for image in docker.images.list(all=True) if image.id == big["id"]]
-    assert len(copies) == 1 and copies[0].tags == [big["tag"]]
+    assert big["id"] in image_ids(docker)
+    assert docker.images.get(big["id"]).tags == [big["tag"]]
 
 
 def test_scan_reads_the_bundle_format(sglx_json: JsonRunner, bundle: Path) -> None:

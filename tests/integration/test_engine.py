@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 from typing import Any
 
 import pytest
+from docker.errors import ImageNotFound
 
 pytestmark = pytest.mark.docker
 
@@ -42,3 +44,32 @@ def test_an_image_built_from_the_base_runs_and_prints(
     word, version = output.split()
     assert word == "built-offline"
     assert version.startswith("3.11.")
+
+
+def test_listing_the_engine_survives_an_image_removed_meanwhile(docker: Any, run_id: str) -> None:
+    """Another client of the same engine (a parallel test, a site's cleanup job) may remove an
+    image between the listing and its inspection: the listing leaves it out instead of failing
+    the command, which `docker.images.list` does (CI failed on it once, in `base load`)."""
+    from helpers.bundles import import_tiny_image
+
+    from sglx.engine import image_ids, listed_images
+
+    tag = f"sglx-test/engine-listing:{run_id}"
+    doomed = import_tiny_image(docker, tag, blob_bytes=1000)
+    listing = docker.api.images
+
+    def listing_then_a_removal(*args: Any, **kwargs: Any) -> Any:
+        listed = listing(*args, **kwargs)
+        docker.images.remove(doomed, force=True)
+        return listed
+
+    try:
+        docker.api.images = listing_then_a_removal
+        found = listed_images(docker)
+    finally:
+        docker.api.images = listing
+        with contextlib.suppress(ImageNotFound):
+            docker.images.remove(doomed, force=True)
+    assert doomed not in {image.id for image in found}
+    assert doomed not in image_ids(docker)
+    assert {image.id for image in found} <= image_ids(docker)

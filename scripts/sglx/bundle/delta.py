@@ -24,6 +24,7 @@ from typing import Any
 from sglx.bundle import layout
 from sglx.bundle.layers import chain_ids, held_chains
 from sglx.bundle.manifest import BundleManifest, ImageRecord, LayerEntry, parse, sha256_bytes
+from sglx.engine import listed_images
 from sglx_core.errors import SglxError
 from sglx_core.report import Finding
 from sglx_core.untrusted import read_bounded
@@ -195,7 +196,7 @@ def engine_missing(client: Any, image: ImageRecord) -> list[LayerEntry]:
         with contextlib.suppress(NotFound):
             lists.append(_layers(client.images.get(image_id)))
     if any(n.chain_id not in held_chains(lists) for n in needs):
-        lists += [_layers(found) for found in client.images.list(all=True)]
+        lists += [_layers(found) for found in listed_images(client)]
     held = held_chains(lists)
     return [layer for layer in needs if layer.chain_id not in held]
 
