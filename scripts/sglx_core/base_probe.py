@@ -2,8 +2,9 @@
 
 This file runs as a script in the base (standard library only: the base's Python may be any
 3.x and has no sglx): `sglx image build` runs it in a throwaway container of the base before
-building (`probe`), and the Dockerfile's deps stage runs it again inside the build (`filter`),
-against what the base actually has, so that only the locked wheels the base lacks go in.
+building (`probe`), and images/<arch>/deps.sh runs it again in the container that installs the
+venv (`filter`), against what the base actually has, so that only the locked wheels the base
+lacks go in.
 
 Declarations are read the way upstream's images make them: Python distributions by their pip
 metadata, ROCm by its version file. A ROCm that apt installed (7.x) declares itself in

@@ -50,10 +50,6 @@ SHARED = {
     # test hosts serve that image.
     "tests/e2e/test_ansible_rollout.py": "cpu-bundle",
     "tests/integration/test_bundle_cpu.py": "cpu-bundle",
-    # test_image_prune prunes the deps cache that test_image_cpu's rebuild uses, so it runs
-    # after it.
-    "tests/integration/test_image_cpu.py": "cpu-build-cache",
-    "tests/integration/test_image_prune.py": "cpu-build-cache",
 }
 
 

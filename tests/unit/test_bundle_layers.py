@@ -352,14 +352,22 @@ class FakeImages:
             raise ImageNotFound(image_id)
         return FakeImage(self.by_id[image_id])
 
-    def list(self, all: bool = False) -> list[FakeImage]:
-        self.listed += 1
-        return [FakeImage(layers) for layers in self.by_id.values()]
+
+class FakeApi:
+    """The low-level listing `sglx.engine.image_ids` makes (`docker image ls -aq`)."""
+
+    def __init__(self, images: FakeImages) -> None:
+        self._images = images
+
+    def images(self, all: bool = False, quiet: bool = False) -> list[str]:
+        self._images.listed += 1
+        return list(self._images.by_id)
 
 
 class FakeClient:
     def __init__(self, by_id: dict[str, list[str]]) -> None:
         self.images = FakeImages(by_id)
+        self.api = FakeApi(self.images)
 
 
 def test_the_engine_holds_a_deltas_layers_through_its_parent_or_any_other_image() -> None:

@@ -1,5 +1,5 @@
-"""`sglx image build` checks cheap local inputs before it contacts the engine; the deps stage is
-labelled and followed through the build output so a build can keep the one its cache needs.
+"""`sglx image build` checks cheap local inputs before it contacts the engine; the serving image
+builds on the deps image (the venv, made by deps.sh in a container) and copies no wheel.
 
 Engine contact is ruled out for real: DOCKER_HOST points at a socket that does not exist, so
 any attempt to reach the engine ends in "no Docker engine answers" instead of the message the
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from sglx.image.build import DEPS_LABEL_STEP, DepsStage, _build_hint
-from sglx.image.render import render_dockerfile
+from sglx.image.deps import build_hint
+from sglx.image.render import render_deps_script, render_dockerfile
 from sglx_core.profile import known_arches, load_profile
 
 CliRunner = Callable[..., tuple[int, str, str]]
@@ -131,71 +131,26 @@ def test_prune_checks_the_arch_before_the_engine(no_engine: None, sglx: CliRunne
 
 
 @pytest.mark.parametrize("arch", known_arches())
-def test_the_deps_stage_ends_with_its_label(arch: str) -> None:
-    """The label closes the deps stage (after the venv steps, so their cache survived adding
-    it), and it is the line the build output is followed by."""
-    lines = render_dockerfile(load_profile(arch)).splitlines()
-    start = next(i for i, line in enumerate(lines) if line.endswith(" AS deps"))
-    end = next(i for i in range(start + 1, len(lines)) if lines[i].startswith("FROM "))
-    stage = [line for line in lines[start:end] if line and not line.startswith("#")]
-    label = f"LABEL io.sglx.stage=deps io.sglx.arch={arch}"
-    assert stage[-1] == label
-    assert (label + " ").startswith(DEPS_LABEL_STEP)
-    assert sum(line.startswith("LABEL io.sglx.stage") for line in lines) == 1
-
-
-# Classic-builder output (Docker 20.10), as `docker build` streams it, trimmed.
-FRESH = """\
-Step 5/21 : FROM ${BASE} AS deps
- ---> 979ea3eaa0cc
-Step 6/21 : COPY --from=wheelhouse /wheelhouse /tmp/wheelhouse
- ---> 267b095725e3
-Step 7/21 : RUN /usr/bin/python3.11 -m venv /opt/sglx/venv  && /opt/sglx/venv/bin/python -m pip
- ---> Running in 08d951d31070
-Successfully installed torch-2.8.0
-Removing intermediate container 08d951d31070
- ---> 783e50bc4301
-Step 8/21 : LABEL io.sglx.stage=deps io.sglx.arch=cpu
- ---> Running in 5b1c0d3e9f21
-Removing intermediate container 5b1c0d3e9f21
- ---> 0a1b2c3d4e5f
-Step 9/21 : FROM ${BASE}
- ---> 979ea3eaa0cc
-Step 10/21 : RUN mkdir -p /var/cache/sglx /models
- ---> Running in 6c7d8e9fa0b1
- ---> 4a34dde1d781
-Successfully built 9f8e7d6c5b4a
-"""
-CACHED = """\
-Step 8/21 : LABEL io.sglx.stage=deps io.sglx.arch=cpu
- ---> Using cache
- ---> 0a1b2c3d4e5f
-Step 9/21 : FROM ${BASE}
- ---> 979ea3eaa0cc
-"""
-
-
-@pytest.mark.parametrize("transcript", [FRESH, CACHED], ids=["fresh", "cached"])
-def test_the_deps_stage_image_is_read_from_the_build_output(transcript: str) -> None:
-    deps = DepsStage()
-    for line in transcript.splitlines():
-        deps.feed(line.rstrip())
-    assert deps.image_id == "0a1b2c3d4e5f"
-
-
-def test_no_deps_label_step_means_no_deps_image() -> None:
-    """A Dockerfile without the label (an older one): nothing is kept or removed."""
-    deps = DepsStage()
-    for line in FRESH.replace("LABEL io.sglx.stage=deps", "LABEL other=1").splitlines():
-        deps.feed(line.rstrip())
-    assert deps.image_id is None
+def test_the_serving_image_builds_on_the_deps_image_and_copies_no_wheel(arch: str) -> None:
+    """The Dockerfile takes the venv from the deps image (deps.sh, run in a container): no stage
+    copies the wheelhouse or the venv, so neither is written twice."""
+    profile = load_profile(arch)
+    lines = render_dockerfile(profile).splitlines()
+    froms = [line for line in lines if line.startswith("FROM ")]
+    assert froms == ["FROM ${WEIGHTS} AS weights", "FROM ${DEPS}"]
+    assert f"ARG DEPS=sglx/deps:{arch}" in lines
+    assert not [line for line in lines if "wheelhouse" in line and not line.startswith("#")]
+    assert not [line for line in lines if line.startswith("COPY --from=deps")]
+    script = render_deps_script(profile)
+    assert "--require-hashes" in script and "--no-index" in script
+    assert script.rstrip().splitlines()[-2:] == ['rm -rf "$deps"', 'echo "deps: done"']
 
 
 def test_a_full_data_root_gets_a_hint_that_says_so() -> None:
     """The engine's own error ("no space left on device") comes after the build's last lines:
     the hint names the cause and the commands that free the space."""
-    hint = _build_hint(["Step 9/44 : LABEL io.sglx.stage=deps", "write /var/lib/docker/overlay2/"
-                        "x/diff/a.so: no space left on device"])  # fmt: skip
+    otherwise = "the lines above come from the step that failed"
+    hint = build_hint(["deps: installing 125 locked wheels", "write /var/lib/docker/overlay2/"
+                       "x/diff/a.so: no space left on device"], otherwise)  # fmt: skip
     assert "data root is full" in hint and "sglx image prune" in hint
-    plain = _build_hint(["Step 9/44 : RUN false"])
-    assert plain == "the lines above come from the step that failed"
+    assert build_hint(["Step 9/44 : RUN false"], otherwise) == otherwise

@@ -3,7 +3,7 @@
 the base's layers left out), passes ShellCheck (Debian's `shellcheck`, installed by
 scripts/bootstrap.sh; POSIX sh dialect) with no finding, and dash's parse (`dash -n`). The
 template's two directives say why at its top; any other finding fails here, naming its line
-of the rendered script.
+of the rendered script. So does each arch's images/<arch>/deps.sh.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import pytest
 from sglx.bundle import install_sh
 from sglx.bundle.layers import chain_ids
 from sglx.bundle.manifest import ImageRecord, WeightsFile, WeightsRecord
+from sglx.image.render import render_deps_script
 from sglx_core.profile import known_arches, load_profile
 
 IMAGE_ID = "sha256:" + "0" * 64
@@ -80,7 +81,16 @@ def test_install_sh_passes_shellcheck(tmp_path: Path, arch: str, variant: str) -
         chunks=image.chunks if isinstance(image, ImageRecord) else ("image/image.tar.000",),
         **parts,  # type: ignore[arg-type]
     )  # fmt: skip
-    path = tmp_path / "install.sh"
+    _assert_clean(tmp_path / "install.sh", script)
+
+
+@pytest.mark.parametrize("arch", known_arches())
+def test_deps_sh_passes_shellcheck(tmp_path: Path, arch: str) -> None:
+    """images/<arch>/deps.sh, which installs the venv in a container of the base."""
+    _assert_clean(tmp_path / "deps.sh", render_deps_script(load_profile(arch)))
+
+
+def _assert_clean(path: Path, script: str) -> None:
     path.write_text(script)
     checked = subprocess.run(
         ["shellcheck", "--shell=sh", "--format=gcc", str(path)],

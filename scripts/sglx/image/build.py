@@ -12,10 +12,12 @@ Order of work, cheap local checks first, each step failing fast with what to do:
    profile's is refused, naming both values;
 5. the weights: the given model converted for the arch (or a generated demo model), with a
    manifest;
-6. wheels and weights imported as images, sglx's own packages built as wheels into a small
-   context, and `docker build` with network_mode=none, streaming progress;
-7. the deps stage the build used is kept for the next build's cache and older ones of the arch
-   on the same base are removed (prune.replace_deps), so builds do not pile up GBs of them.
+6. the venv: the locked wheels installed into the base in a container with no network and
+   committed as the deps image (deps.py; reused when base, lock and script are the same), the
+   weights imported as an image, sglx's own packages built as wheels into a small context, and
+   `docker build` FROM the deps image with network_mode=none, streaming progress;
+7. older deps images of the arch on the same base that no tagged image is built on are removed
+   (prune.replace_deps), so builds do not pile up GBs of them.
 """
 
 from __future__ import annotations
@@ -23,7 +25,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -33,8 +34,8 @@ from typing import Any
 
 from sglx import __version__
 from sglx.engine import docker_client, read_image_file
-from sglx.image import payload, prune, weights_outside
-from sglx.image.render import dockerfile_path, stale
+from sglx.image import deps, payload, prune, weights_outside
+from sglx.image.render import dockerfile_path, render_deps_script, stale_files
 from sglx.progress import Progress
 from sglx.wheels import wheelhouse
 from sglx.wheels.steps import default_wheelhouse, load_lock, lock_path
@@ -65,9 +66,6 @@ DISTRIBUTIONS = {
     "sglx-kernels": ("kernels",),
 }
 BUILD_LITTER = ("build", "dist", "*.egg-info", "__pycache__", "*.pyc")
-# The classic builder's stream: "Step 7/21 : LABEL ...", then " ---> <12-hex id>" per step.
-STEP_ID = re.compile(r" ---> ([0-9a-f]{12})")
-DEPS_LABEL_STEP = f"LABEL {prune.STAGE_LABEL}={prune.DEPS_STAGE} "
 
 
 @dataclass(frozen=True)
@@ -95,9 +93,9 @@ def build_image(
 ) -> Result:
     arch = profile.arch
     outside_limit = weights_outside.threshold(profile, weights_outside_above)
-    if stale(arch):
+    if stale := stale_files(arch):
         raise SglxError(
-            f"{display_path(dockerfile_path(arch))} is stale or missing",
+            f"{', '.join(display_path(path) for path in stale)} stale or missing",
             hint="run `sglx image render` (and commit the result)",
             code="dockerfile_stale",
         )
@@ -134,8 +132,18 @@ def build_image(
             profile, weights.path, weights.digest, outside_limit, models_root, progress
         )
         reuse = not no_cache
-        wheels_image = payload.wheelhouse_image(
-            client, lock, lock_path(arch), folder, progress, reuse=reuse
+        deps_image = deps.deps_image(
+            client,
+            arch=arch,
+            base_ref=base_ref,
+            base_image=base_image,
+            lock=lock,
+            lock_file=lock_path(arch),
+            wheelhouse=folder,
+            script=render_deps_script(profile),
+            timeout_s=BUILD_TIMEOUT_S,
+            progress=progress,
+            reuse=reuse,
         )
         weights_image = payload.weights_image(
             client, weights.path, weights.digest, progress, reuse=reuse, outside=kept is not None
@@ -153,16 +161,12 @@ def build_image(
         if kept is not None:
             labels[OUTSIDE_LABEL] = "true"
         progress(f"docker build {tag} (no network)")
-        image_id, deps_id = docker_build(
+        image_id = docker_build(
             client,
             no_cache,
             context,
             tag,
-            {
-                "BASE": base_ref,
-                "WHEELHOUSE": wheels_image.tag,
-                "WEIGHTS": weights_image.tag,
-            },
+            {"DEPS": deps_image.tag, "WEIGHTS": weights_image.tag},
             labels,
             progress,
         )
@@ -170,12 +174,10 @@ def build_image(
         labels[triton_cache.LABEL] = _prebuilt_cache_label(client, image_id)
         image_id = _relabel(client, image_id, tag, labels, progress)
     image = client.images.get(image_id)
-    replaced = []
-    if deps_id is not None:
-        deps_id = client.images.get(deps_id).id
-        replaced = prune.replace_deps(
-            client, arch, keep=deps_id, base_id=base_image.id, progress=progress
-        )
+    deps_id = client.images.get(deps_image.tag).id
+    replaced = prune.replace_deps(
+        client, arch, keep=deps_id, base_id=base_image.id, progress=progress
+    )
     layers = _layer_table(image)
     size = image.attrs["Size"]
     summary = Table(
@@ -197,11 +199,11 @@ def build_image(
             "id": image.id,
             "size_bytes": size,
             "labels": labels,
-            "payload_images": [wheels_image.tag, weights_image.tag],
+            "payload_images": [deps_image.tag, weights_image.tag],
             "weights_outside": None if kept is None else str(kept),
             # imported by this build (not reused): what a caller that cleans up may remove
-            "payload_images_imported": [p.tag for p in (wheels_image, weights_image) if p.imported],
-            # the deps stage kept for the next build's cache, and the older ones removed
+            "payload_images_imported": [p.tag for p in (deps_image, weights_image) if p.imported],
+            # the deps image the serving image is built on, and the older ones removed
             "deps_image": deps_id,
             "deps_images_removed": [item.to_json() for item in replaced],
             "layers": [dict(zip(("created_by", "size"), row, strict=True)) for row in layers.rows],
@@ -314,7 +316,7 @@ def _write_base_report(
     context: Path,
 ) -> None:
     """etc/base.json (-> /etc/sglx/base.json): the base the image was built on, for preflight;
-    and the probe script the deps stage runs. Deterministic, so the layer cache holds."""
+    Deterministic, so the layer cache holds."""
     report = {
         "ref": ref,
         "digest": image_id,
@@ -324,7 +326,6 @@ def _write_base_report(
         "missing_provided": base_facts.missing_provided(profile, probe),
     }
     (context / "etc" / "base.json").write_text(json.dumps(report, indent=1, sort_keys=True) + "\n")
-    shutil.copy2(Path(base_probe.__file__), context / "base_probe.py")
 
 
 def _prepare_model(
@@ -496,7 +497,7 @@ def _relabel(
     """The image with `labels` added: a label-only step on top (its config changes, no layer
     does), because the key of the prebuilt cache is known only once the build has made it."""
     progress(f"labelling {tag} with its prebuilt Triton cache key")
-    return docker_build(client, False, f"FROM {image_id}\n", tag, {}, labels, progress)[0]
+    return docker_build(client, False, f"FROM {image_id}\n", tag, {}, labels, progress)
 
 
 def _revision() -> str:
@@ -527,14 +528,13 @@ def docker_build(
     buildargs: dict[str, str],
     labels: dict[str, str],
     progress: Progress,
-) -> tuple[str, str | None]:
+) -> str:
     """Run the build of the folder `context` (or of a Dockerfile's text, with no context);
-    return the image id and the (short) id of the deps stage it ended with."""
+    return the image id."""
     import io
 
     tail: list[str] = []
     image_id = ""
-    deps = DepsStage()
     source: dict[str, Any] = (
         {"path": str(context)}
         if isinstance(context, Path)
@@ -557,7 +557,9 @@ def docker_build(
             detail = chunk.get("errorDetail", {}).get("message", chunk["error"])
             raise SglxError(
                 f"docker build of {tag} failed: {detail.strip()}\n    " + "\n    ".join(tail[-15:]),
-                hint=_build_hint([*tail, detail]),
+                hint=deps.build_hint(
+                    [*tail, detail], "the lines above come from the step that failed"
+                ),
                 code="build_failed",
             )
         if "aux" in chunk and "ID" in chunk["aux"]:
@@ -567,44 +569,11 @@ def docker_build(
             if not line:
                 continue
             tail = [*tail[-40:], line]
-            deps.feed(line)
             if line.startswith("Step ") or line.startswith(" ---> Using cache"):
                 progress(line.strip())
     if not image_id:
         image_id = client.images.get(tag).id
-    return image_id, deps.image_id
-
-
-class DepsStage:
-    """Follows the build output to the image the deps stage's LABEL step made (or reused):
-    the one deps-stage image the next build's cache needs."""
-
-    def __init__(self) -> None:
-        self.image_id: str | None = None
-        self._in_label_step = False
-
-    def feed(self, line: str) -> None:
-        if line.startswith("Step "):
-            instruction = line.partition(" : ")[2].strip()
-            self._in_label_step = (instruction + " ").startswith(DEPS_LABEL_STEP)
-        elif self._in_label_step and (match := STEP_ID.fullmatch(line.rstrip())):
-            self.image_id = match.group(1)
-
-
-def _build_hint(tail: list[str]) -> str:
-    text = "\n".join(tail)
-    if "no space left on device" in text.lower():
-        return (
-            "Docker's data root is full: free space there with `sglx image prune` (sglx's "
-            "build leftovers) and `docker image prune`; a build needs room for its deps stage "
-            "and the image, several times the wheelhouse's size"
-        )
-    if "DO NOT MATCH THE HASHES" in text or "hash" in text.lower():
-        return (
-            "a wheel does not match the lock: check the wheelhouse with `sglx wheels "
-            "verify` and re-fetch it"
-        )
-    return "the lines above come from the step that failed"
+    return str(image_id)
 
 
 def _layer_table(image: Any) -> Table:

@@ -90,12 +90,13 @@ def register(
     p = verbs.add_parser(
         "prune",
         parents=[common],
-        help="remove sglx's build leftovers (deps stages, unused payload images) and say how "
+        help="remove sglx's build leftovers (unused deps and payload images) and say how "
         "much that freed",
-        description="Remove the deps-stage images builds keep for their cache, wheelhouse and "
-        "weights payload images no tagged serving image was built from, and serving images a "
-        "rebuild untagged. Never a tagged serving image, a base, or an image a container uses "
-        "(that one is a finding, exit 1). The next build is slower: it reinstalls the venv.",
+        description="Remove the deps images (the base with the venv) and weights payload images "
+        "no tagged serving image was built from, and serving images a rebuild untagged (and "
+        "the deps stages and wheelhouse images of older sglx builds). Never a tagged serving "
+        "image, a base, or an image a container uses (that one is a finding, exit 1). The "
+        "next build is slower: it reinstalls the venv.",
     )
     p.add_argument("--arch", help="only this arch's leftovers (default: every arch)")
     p.add_argument("--dry-run", action="store_true", help="only list what would be removed")

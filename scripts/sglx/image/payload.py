@@ -1,10 +1,10 @@
-"""The heavy inputs of an image build, brought into the engine as images of their own.
+"""The converted weights of an image build, brought into the engine as an image of their own.
 
-The frozen wheels and the converted weights are packed into tars and imported (`docker
-import`, no registry, no build context upload). The Dockerfile copies from them, so a rebuild
-that changes only sglx's code sends a context of a few hundred kB, and the engine's layer cache
-keeps the venv and the weights. Tags are content-addressed: the same lock or the same weights
-manifest is imported once.
+The weights are packed into a tar and imported (`docker import`, no registry, no build context
+upload). The Dockerfile copies from it, so a rebuild that changes only sglx's code sends a
+context of a few hundred kB, and the engine's layer cache keeps the weights. The tag is
+content-addressed: the same weights manifest is imported once. (The frozen wheels come in
+through the deps image: deps.py.)
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from sglx.progress import Progress
-from sglx.wheels.lockfile import Lock
 from sglx_core.util import scratch_dir
 
 
@@ -28,7 +27,7 @@ class Payload:
     imported: bool
 
 
-def _normalise(info: tarfile.TarInfo) -> tarfile.TarInfo:
+def normalise(info: tarfile.TarInfo) -> tarfile.TarInfo:
     info.uid = info.gid = 0
     info.uname = info.gname = "root"
     info.mode = 0o755 if info.isdir() else 0o644
@@ -58,22 +57,11 @@ def _import(
         total = 0
         with tarfile.open(archive, "w") as tar:
             for source, name in members:
-                tar.add(source, arcname=name, recursive=False, filter=_normalise)
+                tar.add(source, arcname=name, recursive=False, filter=normalise)
                 total += source.stat().st_size if source.is_file() else 0
         progress(f"{what}: importing {total / 1e9:.2f} GB as {tag}")
         client.api.import_image_from_file(str(archive), repository=repository, tag=version)
     return Payload(tag, imported=True)
-
-
-def wheelhouse_image(
-    client: Any, lock: Lock, lock_file: Path, folder: Path, progress: Progress, *, reuse: bool
-) -> Payload:
-    """An image holding /wheelhouse: exactly the locked wheels and the lock itself."""
-    tag = f"sglx/wheelhouse:{lock.arch}-{lock.digest.split(':')[1][:16]}"
-    members = [(folder, "wheelhouse")]
-    members += [(folder / w.filename, f"wheelhouse/{w.filename}") for w in lock.wheels]
-    members.append((lock_file, "wheelhouse/lock.txt"))
-    return _import(client, tag, members, progress, "wheels", reuse)
 
 
 def weights_image(

@@ -1,20 +1,25 @@
-"""`sglx image prune`, and the deps-stage replacement every `sglx image build` ends with.
+"""`sglx image prune`, and the deps-image replacement every `sglx image build` ends with.
 
 What a build leaves in the engine (the classic builder of Docker 20.10, no BuildKit, rm=True):
 
 - the serving image, tagged, and the per-step images of its stage, untagged ancestors of the
   tag (the layer cache of the next build: shared with the tag, they cost nothing extra);
-- the ``deps`` stage: an untagged image with no children (``<none>`` in ``docker images``)
-  holding the wheelhouse copy and the installed venv, several GB of its own. It carries
-  ``io.sglx.stage=deps`` and ``io.sglx.arch`` (images/Dockerfile.j2). The next build on the
-  same base and lock reuses it, so the build keeps the one it used and removes older ones;
-- the payload images ``sglx/wheelhouse:<arch>-<lock>`` and ``sglx/weights:<digest>``
-  (payload.py), tagged and kept so a rebuild need not import them again;
+- the deps image ``sglx/deps:<arch>-<key>`` (deps.py): the base with the venv, which the
+  serving image is built on (so it costs nothing extra while that image is tagged). The next
+  build on the same base and lock reuses it; once a new lock or base gives a new one, the build
+  removes the older ones of its arch and base that no tagged image is built on;
+- the weights payload image ``sglx/weights:<digest>`` (payload.py), tagged and kept so a
+  rebuild need not import it again;
 - after a rebuild that moved the tag, the previous serving image, untagged.
 
-Prune removes the deps stages, payload images that no tagged serving image was built from, and
-untagged previous serving images. It never removes a tagged serving image, a base, or an image
-a tagged image is built on, and never forces: an image a container uses is reported and kept.
+Builds before deps.py left two more kinds, which prune still finds: an untagged ``deps`` stage
+labelled ``io.sglx.stage=deps`` (the wheelhouse copy and the venv, several GB) and the
+wheelhouse payload ``sglx/wheelhouse:<arch>-<lock>``.
+
+Prune removes deps images and stages and payload images that no tagged serving image was built
+from, and untagged previous serving images. It never removes a tagged serving image, a base, or
+an image a tagged serving image is built on, and never forces: an image a container uses is
+reported and kept.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from sglx.engine import docker_client, read_image_file
+from sglx.image.deps import DEPS_REPO
 from sglx.image.render import MODEL_DIR
 from sglx.progress import Progress
 from sglx_core.profile.loader import profile_path
@@ -40,13 +46,13 @@ DEPS_STAGE = "deps"
 # on the last stage), so an image with it is a serving image, never a base or a deps stage.
 LOCK_LABEL = "io.sglx.lock.digest"
 WEIGHTS_LABEL = "io.sglx.weights.digest"
-WHEELHOUSE_REPO = "sglx/wheelhouse"
+WHEELHOUSE_REPO = "sglx/wheelhouse"  # builds before deps.py only
 WEIGHTS_REPO = "sglx/weights"
 NO_TAG = "<none>:<none>"
 # A weights manifest lists files and tensors: megabytes for the largest models, never more.
 MAX_MANIFEST_BYTES = 64 << 20
 
-DEPS_KIND = "deps-stage"
+DEPS_KIND = "deps-image"
 OLD_IMAGE_KIND = "old-image"
 WHEELHOUSE_KIND = "wheelhouse"
 WEIGHTS_KIND = "weights"
@@ -88,6 +94,14 @@ class Engine:
             seen.add(current)
             yield current
             current = self.images[current].get("ParentId") or ""
+
+    def built_on(self, image_id: str) -> bool:
+        """Whether a tagged image other than `image_id` itself has it in its lineage."""
+        return any(
+            image_id in self.lineage(other)
+            for other in self.images
+            if other != image_id and self.tags(other)
+        )
 
     def is_head(self, image_id: str) -> bool:
         """No image is built on it: what `docker images` shows (and calls dangling if untagged)."""
@@ -131,18 +145,27 @@ def _created(summary: dict[str, Any]) -> str:
     return stamp.isoformat(timespec="seconds")
 
 
-def deps_stages(engine: Engine, arch: str | None) -> list[Leftover]:
-    """Untagged deps-stage images (of `arch`, or of every arch) no tagged image is built on."""
+def deps_images(engine: Engine, arch: str | None) -> list[Leftover]:
+    """Deps images (of `arch`, or of every arch) no tagged image is built on: the tagged
+    ``sglx/deps:<arch>-<key>`` of deps.py, and the untagged labelled deps stages of builds
+    before it."""
     found = []
     for image_id, summary in engine.images.items():
+        tags = engine.tags(image_id)
         labels = engine.labels(image_id)
-        if labels.get(STAGE_LABEL) != DEPS_STAGE or engine.tags(image_id):
+        if tags:
+            if {tag.rpartition(":")[0] for tag in tags} != {DEPS_REPO}:
+                continue
+            owner: str | None = tags[0].rpartition(":")[2].rpartition("-")[0]
+        elif labels.get(STAGE_LABEL) == DEPS_STAGE and engine.is_head(image_id):
+            owner = labels.get(ARCH_LABEL)
+        else:
             continue
-        if arch is not None and labels.get(ARCH_LABEL) != arch:
+        if arch is not None and owner != arch:
             continue
-        if engine.is_head(image_id) and image_id not in engine.protected:
+        if not engine.built_on(image_id):
             found.append(
-                Leftover(image_id, DEPS_KIND, labels.get(ARCH_LABEL), (), _created(summary))
+                Leftover(image_id, DEPS_KIND, owner, tuple(sorted(tags)), _created(summary))
             )
     return found
 
@@ -170,8 +193,6 @@ def backing_tags(engine: Engine) -> set[str]:
         labels = engine.labels(image_id)
         if not engine.tags(image_id) or LOCK_LABEL not in labels:
             continue
-        lock = labels[LOCK_LABEL].partition(":")[2][:16]
-        tags.add(f"{WHEELHOUSE_REPO}:{labels.get(ARCH_LABEL)}-{lock}")
         if WEIGHTS_LABEL in labels:
             outside = "-outside" if labels.get(OUTSIDE_LABEL) == "true" else ""
             tags.add(f"{WEIGHTS_REPO}:{labels[WEIGHTS_LABEL].partition(':')[2][:16]}{outside}")
@@ -258,21 +279,18 @@ def _remove(client: Any, item: Leftover) -> Leftover:
 def replace_deps(
     client: Any, arch: str, *, keep: str, base_id: str, progress: Progress
 ) -> list[Leftover]:
-    """After a build: remove the deps stages of `arch` on the same base other than `keep`.
+    """After a build: remove the deps images of `arch` on the same base other than `keep` that
+    no tagged image is built on.
 
-    Deps stages on another base that is still tagged stay: a build on that base still reuses
+    Deps images on another base that is still tagged stay: a build on that base still reuses
     them (so concurrent builds on different bases do not undo each other's cache). Those whose
-    base is gone (no tagged image in their lineage) can never be reused and go too.
+    base is gone (no tagged image below them) can never be reused and go too.
     """
     engine = Engine.read(client)
     stale = [
         item
-        for item in deps_stages(engine, arch)
-        if item.id != keep
-        and (
-            base_id in engine.lineage(item.id)
-            or not any(engine.tags(i) for i in engine.lineage(item.id))
-        )
+        for item in deps_images(engine, arch)
+        if item.id != keep and (base_id in engine.lineage(item.id) or _base_gone(engine, item))
     ]
     removed = []
     for item in _with_users(client, _with_sizes(client, stale)):
@@ -280,15 +298,25 @@ def replace_deps(
             continue
         done = _remove(client, item)
         if done.state == "removed":
-            progress(f"removed the older {arch} deps stage {done.name} ({done.size / 1e9:.2f} GB)")
+            progress(f"removed the older {arch} deps image {done.name} ({done.size / 1e9:.2f} GB)")
             removed.append(done)
     return removed
+
+
+def _base_gone(engine: Engine, item: Leftover) -> bool:
+    """Whether the base a deps image was made on is untagged (no build can name it again): the
+    parent of deps.py's image (a commit on the base), or any tagged image below a labelled deps
+    stage of an older build (its parents are the stage's steps)."""
+    below = list(engine.lineage(item.id))[1:]
+    if item.refs:
+        return not below or not engine.tags(below[0])
+    return not any(engine.tags(i) for i in below)
 
 
 def find_leftovers(client: Any, arch: str | None) -> list[Leftover]:
     """Every sglx build leftover of `arch` (or of all arches), sized and marked if in use."""
     engine = Engine.read(client)
-    found = deps_stages(engine, arch) + old_images(engine, arch) + payloads(client, engine, arch)
+    found = deps_images(engine, arch) + old_images(engine, arch) + payloads(client, engine, arch)
     found.sort(key=lambda item: (item.arch or "", item.kind, item.created))
     return _with_users(client, _with_sizes(client, found))
 

@@ -1,4 +1,5 @@
-"""Render images/<arch>/Dockerfile from the one template, images/Dockerfile.j2.
+"""Render images/<arch>/Dockerfile and images/<arch>/deps.sh (the script that installs the venv
+the Dockerfile builds on) from the two templates, images/Dockerfile.j2 and images/deps.sh.j2.
 
 The template receives the Profile and a few paths derived from it; it never works an arch fact
 out for itself. Rendered files are committed so users can read them; `sglx image render
@@ -17,6 +18,9 @@ from sglx_core.triton_cache import IMAGE_ROOT as TRITON_CACHE_ROOT
 from sglx_core.util import atomic_write_text
 
 TEMPLATE = "Dockerfile.j2"
+DEPS_TEMPLATE = "deps.sh.j2"
+# Rendered file name -> its template.
+RENDERED = {"Dockerfile": TEMPLATE, "deps.sh": DEPS_TEMPLATE}
 MODEL_DIR = "/models/model"
 
 
@@ -42,7 +46,8 @@ def context(profile: Profile) -> dict[str, Any]:
     }
 
 
-def render_dockerfile(profile: Profile, root: Path | None = None) -> str:
+def render_file(profile: Profile, name: str, root: Path | None = None) -> str:
+    """The text of the rendered file `name` (a key of RENDERED) for `profile`."""
     import jinja2
 
     root = images_dir() if root is None else root
@@ -54,43 +59,67 @@ def render_dockerfile(profile: Profile, root: Path | None = None) -> str:
         lstrip_blocks=True,
         autoescape=False,
     )
-    return environment.get_template(TEMPLATE).render(**context(profile))
+    return environment.get_template(RENDERED[name]).render(**context(profile))
+
+
+def render_dockerfile(profile: Profile, root: Path | None = None) -> str:
+    return render_file(profile, "Dockerfile", root)
+
+
+def render_deps_script(profile: Profile) -> str:
+    return render_file(profile, "deps.sh")
+
+
+def rendered_path(arch: str, name: str) -> Path:
+    return images_dir() / arch / name
 
 
 def dockerfile_path(arch: str) -> Path:
-    return images_dir() / arch / "Dockerfile"
+    return rendered_path(arch, "Dockerfile")
 
 
-def stale(arch: str) -> bool:
-    path = dockerfile_path(arch)
-    return not path.is_file() or path.read_text() != render_dockerfile(load_profile(arch))
+def deps_script_path(arch: str) -> Path:
+    return rendered_path(arch, "deps.sh")
+
+
+def stale_files(arch: str) -> list[Path]:
+    """The rendered files of `arch` that are missing or differ from their template's text."""
+    profile = load_profile(arch)
+    return [
+        rendered_path(arch, name)
+        for name in RENDERED
+        if not rendered_path(arch, name).is_file()
+        or rendered_path(arch, name).read_text() != render_file(profile, name)
+    ]
 
 
 def render(arches: list[str], check: bool) -> Result:
     rows = []
     findings = []
     for arch in arches or known_arches():
-        path = dockerfile_path(arch)
-        text = render_dockerfile(load_profile(arch))
-        current = path.read_text() if path.is_file() else None
-        if current == text:
-            rows.append((display_path(path), "up to date"))
-        elif check:
-            rows.append((display_path(path), "STALE"))
-            findings.append(
-                Finding(
-                    "dockerfile_stale",
-                    f"{display_path(path)} differs from "
-                    f"the template rendered with images/{arch}/arch.yaml",
-                    hint="run `sglx image render` and commit the result",
+        profile = load_profile(arch)
+        for name in RENDERED:
+            path = rendered_path(arch, name)
+            text = render_file(profile, name)
+            current = path.read_text() if path.is_file() else None
+            if current == text:
+                rows.append((display_path(path), "up to date"))
+            elif check:
+                rows.append((display_path(path), "STALE"))
+                findings.append(
+                    Finding(
+                        "dockerfile_stale",
+                        f"{display_path(path)} differs from "
+                        f"the template rendered with images/{arch}/arch.yaml",
+                        hint="run `sglx image render` and commit the result",
+                    )
                 )
-            )
-        else:
-            atomic_write_text(path, text)
-            rows.append((display_path(path), "written"))
+            else:
+                atomic_write_text(path, text)
+                rows.append((display_path(path), "written"))
     return Result(
         ("image", "render"),
         data={"dockerfiles": dict(rows)},
-        tables=(Table(("dockerfile", "state"), tuple(rows)),),
+        tables=(Table(("file", "state"), tuple(rows)),),
         findings=tuple(findings),
     )
