@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import re
 import shutil
@@ -14,6 +15,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
+from typing import BinaryIO, cast
 
 from sglx_core.errors import SglxError
 from sglx_core.untrusted import file_kind
@@ -37,7 +39,20 @@ def sha256_file(path: Path) -> str:
     weights), done by `hashlib.file_digest`, which reads in large blocks without Python-level
     looping."""
     with path.open("rb") as handle:
-        return hashlib.file_digest(handle, "sha256").hexdigest()
+        return sha256_handle(handle)
+
+
+def sha256_handle(handle: BinaryIO) -> str:
+    """The hex sha256 of what is left to read of an open binary file (one opened safely, by
+    sglx_core.untrusted.open_regular, for example)."""
+    return hashlib.file_digest(cast(io.BufferedReader, handle), "sha256").hexdigest()
+
+
+def default_jobs(cap: int | None = None) -> int:
+    """Worker threads for parallel work: the cores this process may run on (its affinity, as
+    a container's cpuset limits it), at most `cap`."""
+    cores = max(1, len(os.sched_getaffinity(0)))
+    return cores if cap is None else min(cap, cores)
 
 
 def check_output_file(path: Path, *, label: str = "output file") -> None:

@@ -13,26 +13,12 @@ facts from here.
 
 from __future__ import annotations
 
-import re
-
 from sglx_core.util import sha256_hex
 
 ROOT_ENV = "SGLX_MODELS_ROOT"
 THRESHOLD_ENV = "SGLX_WEIGHTS_OUTSIDE_ABOVE"
 # The image label that says the image's weights (io.sglx.weights.digest) are outside it.
 OUTSIDE_LABEL = "io.sglx.weights.outside"
-UNITS = {
-    "B": 1,
-    "KB": 1000,
-    "MB": 1000**2,
-    "GB": 1000**3,
-    "TB": 1000**4,
-    "KiB": 1 << 10,
-    "MiB": 1 << 20,
-    "GiB": 1 << 30,
-    "TiB": 1 << 40,
-}
-SIZE_PATTERN = r"^[0-9]{1,15}(" + "|".join(UNITS) + r")?$"
 
 
 def entry_name(digest: str) -> str:
@@ -43,14 +29,6 @@ def entry_name(digest: str) -> str:
 def entry_folder(root: str, digest: str) -> str:
     """The store entry of the weights `digest` under `root`."""
     return f"{root.rstrip('/') or ''}/{entry_name(digest)}"
-
-
-def parse_size(text: str) -> int | None:
-    """'4GiB' -> 4294967296, '700MB' -> 700000000, '1024' -> 1024; None when not a size."""
-    match = re.fullmatch(SIZE_PATTERN, text.strip())
-    if match is None:
-        return None
-    return int(text.strip().removesuffix(match.group(1) or "")) * UNITS[match.group(1) or "B"]
 
 
 def outside(size: int, threshold: int) -> bool:

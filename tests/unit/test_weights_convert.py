@@ -91,13 +91,13 @@ def test_same_dtype_conversion_carries_the_source_shards_byte_for_byte() -> None
 
 @pytest.mark.parametrize("max_size", ["30KB", "1GB"])
 def test_resharding_respects_the_maximum_and_loads_in_transformers(max_size: str) -> None:
-    from sglx.weights.plan import parse_size
+    from sglx.weights.plan import parse_shard_size
 
     src = demo_checkpoint("qwen2", "float32")
     dst = scratch("reshard") / "out"
 
     convert_weights(
-        src, dst, load_profile(arch_storing("bfloat16")), max_shard_size=parse_size(max_size)
+        src, dst, load_profile(arch_storing("bfloat16")), max_shard_size=parse_shard_size(max_size)
     )
 
     shards = sorted(dst.glob("*.safetensors"))
@@ -116,7 +116,7 @@ def test_resharding_respects_the_maximum_and_loads_in_transformers(max_size: str
                 for n, e in header.items()
                 if n != "__metadata__"
             ]
-            assert sum(sizes) <= parse_size(max_size) or len(sizes) == 1
+            assert sum(sizes) <= parse_shard_size(max_size) or len(sizes) == 1
         total = sum(p.stat().st_size for p in shards)
         assert index["metadata"]["total_size"] <= total
     assert verify_weights(dst).exit_code == 0

@@ -22,7 +22,8 @@ from sglx.run_spec import RunSpec, Site, docker_run_words, run_spec
 from sglx.weights import store
 from sglx_core.errors import SglxError
 from sglx_core.profile import load_profile
-from sglx_core.weights_store import THRESHOLD_ENV, entry_folder, entry_name, parse_size
+from sglx_core.sizes import parse_size
+from sglx_core.weights_store import THRESHOLD_ENV, entry_folder, entry_name
 
 QUIET = Progress("test", quiet=True)
 DIGEST = "sha256:" + "ab" * 32
@@ -41,7 +42,8 @@ def test_sizes_and_entry_names() -> None:
     assert parse_size("4GiB") == 4 << 30
     assert parse_size("700MB") == 700_000_000
     assert parse_size("1024") == 1024
-    assert parse_size("4 GiB") is None and parse_size("-1") is None and parse_size("4g") is None
+    assert parse_size("4 GiB") == parse_size("4gib") == 4 << 30  # the one grammar (sizes.py)
+    assert parse_size("-1") is None and parse_size("4g") is None and parse_size("1.5GB") is None
     assert entry_folder("/var/lib/sglx/models/", DIGEST) == f"/var/lib/sglx/models/{'ab' * 32}"
     with pytest.raises(ValueError, match="not a weights digest"):
         entry_name("sha256:XY")

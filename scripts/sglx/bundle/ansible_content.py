@@ -27,11 +27,12 @@ from pathlib import Path
 
 from sglx.bundle import layout
 from sglx.bundle.files import copy_hashed, write_hashed
-from sglx.bundle.hashing import sha256_of
 from sglx.bundle.manifest import FileEntry, Kind, Slot
 from sglx_core.errors import SglxError
 from sglx_core.paths import ansible_dir, host_checks_dir
 from sglx_core.profile import Profile, images_dir
+from sglx_core.sizes import human_bytes
+from sglx_core.util import sha256_file
 
 LOCK_NAME = "ansible.txt"
 SKIP_DIRS = frozenset({"__pycache__"})
@@ -227,7 +228,7 @@ def control_wheel_items(lock: Path, folder: Path) -> list[Item]:
         if not candidates:
             missing.append(f"{pin.name}=={pin.version}")
             continue
-        digests = {wheel: sha256_of(wheel) for wheel in candidates}
+        digests = {wheel: sha256_file(wheel) for wheel in candidates}
         good = [wheel for wheel, digest in digests.items() if digest in pin.hashes]
         if not good:
             wheel = candidates[0]
@@ -282,7 +283,7 @@ class _Budget:
         if self.size > layout.MAX_ANSIBLE_BYTES:
             raise SglxError(
                 "the bundle's Ansible content would be larger than "
-                f"{layout.human(layout.MAX_ANSIBLE_BYTES)} (the limit), at {source}",
+                f"{human_bytes(layout.MAX_ANSIBLE_BYTES)} (the limit), at {source}",
                 hint="remove what does not belong there (a virtualenv, installed collections, "
                 "large files) and create the bundle again",
                 code="bundle_ansible",

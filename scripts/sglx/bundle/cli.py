@@ -212,7 +212,7 @@ def _bundle_archive(bundle: Path) -> tuple[ChunkedArchive, Rules]:
 
 
 def _bundle_jobs(args: argparse.Namespace) -> int:
-    from sglx.bundle.hashing import default_jobs
+    from sglx_core.util import default_jobs
 
     return int(args.jobs or min(default_jobs(), MAX_WORKERS))
 

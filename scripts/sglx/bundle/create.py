@@ -60,6 +60,7 @@ from sglx_core.gate.golden import GOLDEN_LABEL
 from sglx_core.profile import Profile
 from sglx_core.profile.resolved import PROFILE_DIGEST_LABEL, profile_digest, resolved_text
 from sglx_core.report import Finding, Result, Table
+from sglx_core.sizes import human_bytes
 from sglx_core.tuned import TunedSet
 
 SAVE_BLOCK = 4 << 20
@@ -301,7 +302,7 @@ def _fill(
     def add(path: str, size: int, sha256: str, kind: Kind) -> None:
         entries.append(FileEntry(path=path, size=size, sha256=sha256, kind=kind))
 
-    progress(f"saving {ref} into chunks of {layout.human(options.chunk_size)}")
+    progress(f"saving {ref} into chunks of {human_bytes(options.chunk_size)}")
     if layers.parent is not None:
         progress(
             f"a delta over {layers.parent.name}: leaving out the {len(layers.drop)} layers its "
@@ -349,7 +350,7 @@ def _fill(
         )
     for chunk in written.chunks:
         add(chunk.path, chunk.size, chunk.sha256, "image-chunk")
-    progress(f"image archive: {layout.human(written.size)} in {len(written.chunks)} chunks")
+    progress(f"image archive: {human_bytes(written.size)} in {len(written.chunks)} chunks")
     record = ImageRecord(
         ref=ref,
         id=stream.identity.config_digest,
@@ -364,9 +365,9 @@ def _fill(
     )
     scan_result = None
     if options.scan and record.referenced():
-        from sglx.bundle.hashing import default_jobs
         from sglx.scan.command import scan_image
         from sglx.scan.rules import Rules
+        from sglx_core.util import default_jobs
 
         # A delta's archive lacks its parent's layers (one without its base, the base's): the
         # image is scanned as the engine holds it (exported, never started), so the report is
@@ -378,10 +379,10 @@ def _fill(
         copied = write_hashed(stage / layout.SCAN_REPORT, text.encode())
         add(layout.SCAN_REPORT, copied.size, copied.sha256, "meta")
     elif options.scan:
-        from sglx.bundle.hashing import default_jobs
         from sglx.bundle.scan_target import written_archive
         from sglx.scan.command import scan_archive
         from sglx.scan.rules import Rules
+        from sglx_core.util import default_jobs
 
         # The archive just written (still in the page cache), not a second export through
         # the engine: the report is of the bytes the bundle carries, and twice as quick.
@@ -577,7 +578,7 @@ def _result(
         (
             kind,
             str(sum(1 for e in manifest.files if e.kind == kind)),
-            layout.human(sum(e.size for e in manifest.files if e.kind == kind)),
+            human_bytes(sum(e.size for e in manifest.files if e.kind == kind)),
         )
         for kind in sorted({e.kind for e in manifest.files})
     )
@@ -604,8 +605,8 @@ def _result(
         taken = manifest.image.from_parent()
         lines.append(
             f"{describe(manifest.image)}: carries {len(layers) - len(taken)} of its "
-            f"{len(layers)} layers ({layout.human(sum(x.size for x in layers if x.carried))}), "
-            f"takes {len(taken)} ({layout.human(sum(x.size for x in taken))}) from it; install "
+            f"{len(layers)} layers ({human_bytes(sum(x.size for x in layers if x.carried))}), "
+            f"takes {len(taken)} ({human_bytes(sum(x.size for x in taken))}) from it; install "
             "that bundle first"
         )
     if manifest.image.base is not None:
@@ -613,7 +614,7 @@ def _result(
 
         left = manifest.image.from_base()
         lines.append(
-            f"leaves out the {len(left)} layers ({layout.human(sum(x.size for x in left))}) of "
+            f"leaves out the {len(left)} layers ({human_bytes(sum(x.size for x in left))}) of "
             f"{describe_base(manifest.image.base)}: a site loads that base first "
             "(`sglx base load FILE`)"
         )

@@ -27,6 +27,7 @@ from sglx.bundle.manifest import BundleManifest, ImageRecord, LayerEntry, parse,
 from sglx.engine import listed_images
 from sglx_core.errors import SglxError
 from sglx_core.report import Finding
+from sglx_core.sizes import human_bytes
 from sglx_core.untrusted import read_bounded
 
 CODE = "bundle_parent"
@@ -147,7 +148,7 @@ def chain_findings(
             break
         needs = child.image.from_parent()
         lines.append(
-            f"{child_name} takes {len(needs)} layers ({layout.human(sum(n.size for n in needs))}) "
+            f"{child_name} takes {len(needs)} layers ({human_bytes(sum(n.size for n in needs))}) "
             f"from {found.name} ({found.digest}): all there"
         )
         child, child_name = found.manifest, found.name

@@ -11,8 +11,8 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from sglx.bundle.layout import human
 from sglx_core.errors import SglxError
+from sglx_core.sizes import human_bytes
 
 BLOCK = 4 << 20
 
@@ -62,9 +62,10 @@ def require_space(needs: dict[Path, int], what: str) -> None:
         free = shutil.disk_usage(where).free
         if size > free:
             raise SglxError(
-                f"{what} needs {human(size)} on the filesystem of {where}, which has "
-                f"{human(free)} free; nothing was written",
-                hint=f"free {human(size - free)} there, or choose a folder on a larger filesystem",
+                f"{what} needs {human_bytes(size)} on the filesystem of {where}, which has "
+                f"{human_bytes(free)} free; nothing was written",
+                hint=f"free {human_bytes(size - free)} there, or choose a folder on a larger "
+                "filesystem",
                 code="no_space",
                 path=str(where),
             )

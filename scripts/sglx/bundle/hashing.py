@@ -7,16 +7,15 @@ first so the last thread is not left alone with the largest one.
 
 from __future__ import annotations
 
-import hashlib
-import os
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
-from sglx.bundle.layout import human
 from sglx.progress import Progress
+from sglx_core.sizes import human_bytes
+from sglx_core.util import sha256_file
 
 PROGRESS_EVERY_S = 2.0
 
@@ -26,15 +25,6 @@ class HashJob:
     key: str
     path: Path
     size: int
-
-
-def default_jobs() -> int:
-    return max(1, len(os.sched_getaffinity(0)))
-
-
-def sha256_of(path: Path) -> str:
-    with path.open("rb") as handle:
-        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 def hash_files(
@@ -51,10 +41,10 @@ def hash_files(
     results: dict[str, str] = {}
     started = time.monotonic()
     if jobs:
-        progress(f"hashing {len(jobs)} files, {human(total)}, {threads} threads")
+        progress(f"hashing {len(jobs)} files, {human_bytes(total)}, {threads} threads")
 
     def work(job: HashJob) -> tuple[HashJob, str]:
-        digest = sha256_of(job.path)
+        digest = sha256_file(job.path)
         if on_done is not None:
             on_done(job, digest)
         return job, digest
@@ -69,5 +59,6 @@ def hash_files(
             if now - last >= PROGRESS_EVERY_S:
                 last = now
                 rate = done / max(now - started, 1e-6)
-                progress(f"hashed {human(done)} of {human(total)} ({human(int(rate))}/s)")
+                shown = f"{human_bytes(done)} of {human_bytes(total)}"
+                progress(f"hashed {shown} ({human_bytes(int(rate))}/s)")
     return results

@@ -18,6 +18,7 @@ from sglx.bundle.manifest import BaseRecord, LayerEntry
 from sglx.progress import Progress
 from sglx_core.errors import SglxError
 from sglx_core.report import Result, Table
+from sglx_core.sizes import human_bytes
 
 
 def inspect_bundle(path: Path, progress: Progress) -> Result:
@@ -40,7 +41,7 @@ def inspect_bundle(path: Path, progress: Progress) -> Result:
         where = "carried" if layer.carried else f"from {layout.shown(_parent_name(image))}"
         if base is not None and index < base.layers and not layer.carried:
             where = f"from the base {base.ref}"
-        rows.append((str(index), layer.diff_id, layout.human(layer.size), where))
+        rows.append((str(index), layer.diff_id, human_bytes(layer.size), where))
     carried = sum(layer.size for layer in layers or () if layer.carried)
     taken = sum(layer.size for layer in image.from_parent())
     from_base = sum(layer.size for layer in image.from_base())
@@ -54,8 +55,8 @@ def inspect_bundle(path: Path, progress: Progress) -> Result:
         ("created", f"{manifest.created} by sglx {manifest.sglx_version}"),
         ("kind", kind),
         *(() if base is None else (("base", _base_row(base)),)),
-        ("archive", f"{layout.human(image.size)} in {len(image.chunks)} chunks"),
-        ("files", f"{len(manifest.files)}, {layout.human(sum(e.size for e in manifest.files))}"),
+        ("archive", f"{human_bytes(image.size)} in {len(image.chunks)} chunks"),
+        ("files", f"{len(manifest.files)}, {human_bytes(sum(e.size for e in manifest.files))}"),
     )
     tables = [Table(("field", "value"), about, title=f"bundle {bundle.name}")]
     lines: list[str] = []
@@ -67,15 +68,15 @@ def inspect_bundle(path: Path, progress: Progress) -> Result:
         )
         count, kept = len(image.from_parent()), sum(1 for layer in layers if layer.carried)
         lines.append(
-            f"carries {kept} of {len(layers)} layers ({layout.human(carried)})"
+            f"carries {kept} of {len(layers)} layers ({human_bytes(carried)})"
             + (
-                f"; takes {count} ({layout.human(taken)}) from {layout.shown(_parent_name(image))}"
+                f"; takes {count} ({human_bytes(taken)}) from {layout.shown(_parent_name(image))}"
                 ", which a host must have installed first"
                 if count
                 else ""
             )
             + (
-                f"; leaves {len(image.from_base())} ({layout.human(from_base)}) to its base "
+                f"; leaves {len(image.from_base())} ({human_bytes(from_base)}) to its base "
                 f"{base.ref}, which a host must have loaded first"
                 if base is not None and from_base
                 else ""

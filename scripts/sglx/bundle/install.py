@@ -51,6 +51,7 @@ from sglx_core.engines import Engine
 from sglx_core.errors import SglxError
 from sglx_core.jit_cache import ROOT_ENV
 from sglx_core.report import Finding, Result, Table
+from sglx_core.sizes import human_bytes
 from sglx_core.util import make_folders
 
 PIP_TIMEOUT_S = 3600
@@ -130,7 +131,7 @@ def _install(bundle: Path, options: InstallOptions, progress: Progress) -> Resul
         )
     status = "done" if check.hashed else "skipped"
     detail = (
-        f"{check.hashed} files hashed ({layout.human(check.hashed_bytes)}), {check.reused} "
+        f"{check.hashed} files hashed ({human_bytes(check.hashed_bytes)}), {check.reused} "
         "unchanged since verified"
     )
     steps.add("verify", status, detail, started)
@@ -380,7 +381,7 @@ def _load(
 
     chunks = [bundle / c for c in manifest.image.chunks]
     progress(
-        f"loading {manifest.image.ref}: {layout.human(manifest.image.size)} from "
+        f"loading {manifest.image.ref}: {human_bytes(manifest.image.size)} from "
         f"{len(chunks)} chunks, streamed"
     )
     try:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import re
 
 from sglx_core.errors import SglxError
+from sglx_core.sizes import EXAMPLES, parse_size
 
 MANIFEST = "bundle.json"
 SIGNATURE = "bundle.json.sig"
@@ -64,22 +65,6 @@ MAX_PATH_DEPTH = 16
 MAX_ANSIBLE_FILES = 2_000
 MAX_ANSIBLE_BYTES = 50 << 20
 
-_UNITS = {
-    "": 1,
-    "B": 1,
-    "K": 1000,
-    "KB": 1000,
-    "M": 1000**2,
-    "MB": 1000**2,
-    "G": 1000**3,
-    "GB": 1000**3,
-    "KIB": 1 << 10,
-    "MIB": 1 << 20,
-    "GIB": 1 << 30,
-    "TB": 1000**4,
-    "TIB": 1 << 40,
-}
-
 
 def chunk_name(index: int) -> str:
     """Zero-padded so that a shell glob and `sort` list chunks in order."""
@@ -87,16 +72,14 @@ def chunk_name(index: int) -> str:
 
 
 def parse_chunk_size(text: str) -> int:
-    """'1GiB' -> 1073741824, '64MB' -> 64000000; at least 1 KiB."""
-    match = re.fullmatch(r"\s*(\d+)\s*([A-Za-z]*)\s*", text)
-    unit = match.group(2).upper() if match else ""
-    if match is None or unit not in _UNITS:
+    """'1GiB' -> 1073741824, '64MB' -> 64000000 (sglx_core.sizes); at least 1 KiB."""
+    size = parse_size(text)
+    if size is None:
         raise SglxError(
             f"--chunk-size '{text}' is not a size",
-            hint="use a whole number with a unit, e.g. 1GiB (the default), 700MB or 4MiB",
+            hint=f"use {EXAMPLES}; 1GiB is the default",
             code="usage",
         )
-    size = int(match.group(1)) * _UNITS[unit]
     if size < MIN_CHUNK_SIZE:
         raise SglxError(
             f"--chunk-size '{text}' is {size} bytes, below the 1 KiB minimum",
@@ -114,13 +97,3 @@ def shown(text: str) -> str:
 
 
 _PLAIN = re.compile(r"[A-Za-z0-9._+@=/:-]+", re.ASCII)
-
-
-def human(size: int) -> str:
-    """1536 -> '1.5 KiB': sizes in messages a person reads."""
-    value = float(size)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} GiB"

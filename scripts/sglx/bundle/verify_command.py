@@ -25,6 +25,7 @@ from sglx.bundle.verify import FileCheck, SignaturePolicy, check_files
 from sglx.progress import Progress
 from sglx_core.errors import SglxError
 from sglx_core.report import Finding, Result, Table
+from sglx_core.sizes import human_bytes
 
 
 def verify_bundle(
@@ -98,8 +99,8 @@ def _verify(
         **_delta_data(manifest),
     }
     rows = (
-        ("files", str(data["files"]), f"{layout.human(check.hashed_bytes)} hashed"),
-        ("speed", f"{hashing_s:.1f} s", f"{layout.human(int(rate))}/s with {jobs} threads"),
+        ("files", str(data["files"]), f"{human_bytes(check.hashed_bytes)} hashed"),
+        ("speed", f"{hashing_s:.1f} s", f"{human_bytes(int(rate))}/s with {jobs} threads"),
         (
             "signature",
             "checked" if data["signature_checked"] else "not checked",
@@ -112,7 +113,7 @@ def _verify(
         needs = manifest.image.from_parent()
         verdict += (
             f"; it is {describe(manifest.image)} and needs {len(needs)} of its layers "
-            f"({layout.human(sum(n.size for n in needs))}): install that bundle first"
+            f"({human_bytes(sum(n.size for n in needs))}): install that bundle first"
         )
         if not chain:
             verdict += "; --with PARENT checks that the chain is complete"
@@ -121,7 +122,7 @@ def _verify(
 
         left = manifest.image.from_base()
         verdict += (
-            f"; it leaves out the {len(left)} layers ({layout.human(sum(x.size for x in left))}) "
+            f"; it leaves out the {len(left)} layers ({human_bytes(sum(x.size for x in left))}) "
             f"of {describe_base(manifest.image.base)}: load that base before installing"
         )
     return Result(

@@ -19,9 +19,10 @@ from sglx.progress import Progress
 from sglx.weights import store
 from sglx_core.errors import SglxError
 from sglx_core.profile import Profile
-from sglx_core.weights_store import THRESHOLD_ENV, UNITS, outside, parse_size
+from sglx_core.sizes import EXAMPLES, parse_size
+from sglx_core.weights_store import THRESHOLD_ENV, outside
 
-HINT = f"a whole number with a unit ({', '.join(UNITS)}), e.g. 4GiB or 700MB"
+HINT = f"use {EXAMPLES}"
 
 
 def threshold(profile: Profile, given: str | None) -> int:

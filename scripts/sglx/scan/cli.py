@@ -96,8 +96,9 @@ def read_bundles_with(sub: Subparsers, reader: BundleReader) -> None:
 
 def _cmd_scan(args: argparse.Namespace) -> Result:
     from sglx.progress import Progress
-    from sglx.scan.command import default_jobs, scan_image, scan_paths
+    from sglx.scan.command import scan_image, scan_paths
     from sglx.scan.rules import Rules
+    from sglx_core.util import default_jobs
 
     if args.root is not None and not args.paths:
         raise SglxError(

@@ -5,7 +5,6 @@ folder is an archive to scan: `sglx.bundle.scan_target` says which chunks and wh
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -18,10 +17,6 @@ from sglx.scan.rules import Rules
 from sglx_core.errors import SglxError
 from sglx_core.report import Result
 from sglx_core.util import scratch_dir
-
-
-def default_jobs() -> int:
-    return max(1, len(os.sched_getaffinity(0)))
 
 
 def scan_paths(

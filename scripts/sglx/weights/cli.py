@@ -92,14 +92,16 @@ def register(
 def _cmd_weights_convert(args: argparse.Namespace) -> Result:
     from sglx.progress import Progress
     from sglx.weights.convert import convert_weights
-    from sglx.weights.plan import parse_size
+    from sglx.weights.plan import parse_shard_size
     from sglx_core.profile import load_profile
 
     return convert_weights(
         args.src,
         args.dst,
         load_profile(args.arch),
-        max_shard_size=None if args.max_shard_size is None else parse_size(args.max_shard_size),
+        max_shard_size=None
+        if args.max_shard_size is None
+        else parse_shard_size(args.max_shard_size),
         jobs=args.jobs,
         progress=Progress("weights convert", quiet=args.quiet),
     )

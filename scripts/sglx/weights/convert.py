@@ -44,7 +44,8 @@ from sglx_core import model_assets
 from sglx_core.errors import SglxError
 from sglx_core.profile.schema import Profile
 from sglx_core.report import Result, Table
-from sglx_core.util import CHUNK, sha256_file
+from sglx_core.sizes import human_bytes
+from sglx_core.util import CHUNK, default_jobs, sha256_file
 from sglx_core.weights_manifest import (
     ConverterRecord,
     FileRecord,
@@ -61,18 +62,6 @@ STAGING_MARK = ".sglx-partial-"
 PROGRESS_EVERY_S = 5.0
 # transformers renamed config.json's `torch_dtype` to `dtype` in 4.56.
 DTYPE_KEY_RENAMED_IN = Version("4.56")
-
-
-def default_jobs() -> int:
-    return min(4, os.cpu_count() or 1)
-
-
-def human_bytes(count: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if count < 1024 or unit == "GiB":
-            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
-        count /= 1024
-    raise AssertionError("unreachable")
 
 
 class _Meter:
@@ -362,7 +351,7 @@ def convert_weights(
     """Convert the checkpoint in `src` to `profile`'s storage dtype in the new folder `dst`."""
     started = time.monotonic()
     progress = progress or (lambda message: None)
-    jobs = jobs or default_jobs()
+    jobs = jobs or default_jobs(cap=4)
     if jobs < 1:
         raise SglxError(f"--jobs {jobs}: need at least 1", code="usage")
     _check_destination(dst)

@@ -11,7 +11,6 @@ writer does the same).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -22,22 +21,11 @@ from sglx.weights.dtypes import Dtype
 from sglx.weights.policy import DtypePolicy
 from sglx.weights.safetensors_io import SafetensorsFile, TensorEntry, encode_header
 from sglx_core.errors import SglxError
+from sglx_core.sizes import EXAMPLES, parse_size
 from sglx_core.untrusted import open_regular
 
 DEFAULT_INDEX_NAME = "model.safetensors.index.json"
 SINGLE_NAME = "model.safetensors"
-_UNITS = {
-    "": 1,
-    "B": 1,
-    "KB": 10**3,
-    "MB": 10**6,
-    "GB": 10**9,
-    "TB": 10**12,
-    "KIB": 2**10,
-    "MIB": 2**20,
-    "GIB": 2**30,
-    "TIB": 2**40,
-}
 
 
 @dataclass(frozen=True)
@@ -100,17 +88,16 @@ class OutputPlan:
         return {"metadata": metadata, "weight_map": dict(sorted(weight_map.items()))}
 
 
-def parse_size(text: str) -> int:
-    """'2GB' -> 2_000_000_000, '500MiB' -> 524_288_000 (decimal and binary units, as HF)."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", text)
-    unit = match.group(2).upper() if match else ""
-    if match is None or unit not in _UNITS or float(match.group(1)) <= 0:
+def parse_shard_size(text: str) -> int:
+    """'2GB' -> 2_000_000_000, '500MiB' -> 524_288_000 (sglx_core.sizes); more than 0."""
+    size = parse_size(text)
+    if not size:
         raise SglxError(
             f"shard size '{text}' is not a size",
-            hint="use a number with a unit, e.g. 5GB, 500MB or 2GiB",
+            hint=f"use {EXAMPLES}, more than 0 (5GB, as Hugging Face shards)",
             code="usage",
         )
-    return int(float(match.group(1)) * _UNITS[unit])
+    return size
 
 
 def _aligned(tensors: Sequence[TensorPlan]) -> tuple[TensorPlan, ...]:

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from sglx.progress import Progress
 from sglx_core.errors import SglxError
+from sglx_core.util import sha256_file
 from sglx_core.weights_manifest import MANIFEST_NAME, manifest_digest, read_manifest
 from sglx_core.weights_store import ROOT_ENV, entry_name
 
@@ -62,7 +63,7 @@ def folder_files(folder: Path) -> list[StoredFile]:
     manifest = read_manifest(folder)
     files = [StoredFile(f.name, f.size, f.sha256) for f in manifest.files]
     raw = folder / MANIFEST_NAME
-    files.append(StoredFile(MANIFEST_NAME, raw.stat().st_size, _sha256(raw)))
+    files.append(StoredFile(MANIFEST_NAME, raw.stat().st_size, sha256_file(raw)))
     return files
 
 
@@ -91,7 +92,7 @@ def problem(
         if found.st_size != record.size:
             return f"{name} is {found.st_size} bytes, its manifest says {record.size}"
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        hashes = dict(zip(want, pool.map(lambda n: _sha256(place / n), want), strict=True))
+        hashes = dict(zip(want, pool.map(lambda n: sha256_file(place / n), want), strict=True))
     for name, record in want.items():
         if hashes[name] != record.sha256:
             return f"{name} does not match its sha256 (it changed after it was placed)"
@@ -153,12 +154,4 @@ def _copy_hashed(source: Path, dest: Path) -> str:
         while block := reader.read(BLOCK):
             digest.update(block)
             writer.write(block)
-    return digest.hexdigest()
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as reader:
-        while block := reader.read(BLOCK):
-            digest.update(block)
     return digest.hexdigest()

@@ -9,18 +9,16 @@ difference is a finding (exit 1). Files are hashed on several threads (hashlib r
 
 from __future__ import annotations
 
-import hashlib
-import io
 import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import cast
 
 from sglx.weights.safetensors_io import read_header
 from sglx_core.errors import SglxError
 from sglx_core.report import Finding, Result, Table
 from sglx_core.untrusted import open_regular
+from sglx_core.util import sha256_handle
 from sglx_core.weights_manifest import (
     MANIFEST_NAME,
     FileRecord,
@@ -57,8 +55,7 @@ def _check_file(folder: Path, record: FileRecord) -> tuple[str, Finding | None]:
                 path=str(path),
                 hint=fix,
             )
-        # open_regular's handle is a BufferedReader (os.fdopen), typed as BinaryIO.
-        digest = hashlib.file_digest(cast(io.BufferedReader, handle), "sha256").hexdigest()
+        digest = sha256_handle(handle)
         if digest != record.sha256:
             return "sha256 differs", Finding(
                 "checksum_mismatch",

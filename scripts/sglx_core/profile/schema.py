@@ -26,7 +26,7 @@ from pydantic import (
 )
 
 from sglx_core.env_bool import as_bool
-from sglx_core.weights_store import SIZE_PATTERN
+from sglx_core.sizes import SIZE_PATTERN
 
 SCHEMA_VERSION = 1
 

@@ -1,0 +1,41 @@
+"""Facts with one home (issue 38): the home defines the fact, every other module imports it.
+A second definition anywhere in the product's Python fails here, naming the file and the home."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PRODUCT = [ROOT / "scripts", ROOT / "plugin", ROOT / "kernels", ROOT / "ansible"]
+
+# fact -> (its home, a pattern only the home may hold)
+FACTS = {
+    "the size grammar": (
+        "scripts/sglx_core/sizes.py",
+        re.compile(r"""["'](KIB|KiB|GIB|GiB)["']\s*:"""),
+    ),
+    "sizes for people": ("scripts/sglx_core/sizes.py", re.compile(r"^def human(_bytes)?\(", re.M)),
+    "the sha256 of a file": ("scripts/sglx_core/util.py", re.compile(r"hashlib\.file_digest\(")),
+    "the worker count": ("scripts/sglx_core/util.py", re.compile(r"^def default_jobs\(", re.M)),
+}
+
+
+def _sources() -> list[Path]:
+    return sorted(
+        path
+        for top in PRODUCT
+        for path in top.rglob("*.py")
+        if ".egg-info" not in str(path) and "__pycache__" not in path.parts
+    )
+
+
+@pytest.mark.parametrize("fact", FACTS)
+def test_a_fact_has_one_home(fact: str) -> None:
+    home, pattern = FACTS[fact]
+    holders = [
+        str(path.relative_to(ROOT)) for path in _sources() if pattern.search(path.read_text())
+    ]
+    assert holders == [home], f"{fact}: defined in {holders}; its home is {home}: import it"
