@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Literal, TypeGuard
 
+from sglx_core.digests import HEX64
 from sglx_core.errors import SglxError
 from sglx_core.untrusted import parse_json
 from sglx_core.util import CHUNK, scratch_dir
@@ -43,8 +44,8 @@ OCI_INDEX_TYPES = (
 )
 REF_NAME_ANNOTATIONS = ("io.containerd.image.name", "org.opencontainers.image.ref.name")
 
-_HEX64 = re.compile(r"[0-9a-f]{64}")
-_DIGEST = re.compile(r"sha256:([0-9a-f]{64})")
+_HEX64 = re.compile(HEX64)
+_DIGEST = re.compile(f"sha256:({HEX64})")
 _SIDECAR_LINE = re.compile(r"([0-9a-fA-F]{64})(?:[ \t]+\*?(.+))?")
 # The docker reference grammar (distribution/reference), without digests.
 _LABEL = r"[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?"

@@ -32,6 +32,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from sglx_core import untrusted
+from sglx_core.digests import HEX64
 from sglx_core.errors import SglxError
 from sglx_core.profile import Profile
 from sglx_core.profile.schema import TunedFileRule
@@ -58,7 +59,7 @@ class TunedFileRecord(BaseModel):
 
     name: str
     rule: str
-    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    sha256: str = Field(pattern=f"^{HEX64}$")
     size: int = Field(ge=0)
     rows: int = Field(ge=0)
     facts: dict[str, list[str]] = Field(default_factory=dict)

@@ -17,11 +17,12 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import BinaryIO, cast
 
+from sglx_core.digests import HEX64
 from sglx_core.errors import SglxError
 from sglx_core.untrusted import file_kind
 
 CHUNK = 1 << 20
-_SHA256 = re.compile(r"sha256:([0-9a-f]{64})")
+_SHA256 = re.compile(f"sha256:({HEX64})")
 
 
 def sha256_hex(digest: str, what: str) -> str:

@@ -22,6 +22,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from sglx_core import untrusted
+from sglx_core.digests import Digest, Sha256
 from sglx_core.errors import SglxError
 from sglx_core.util import atomic_write_text
 
@@ -32,8 +33,6 @@ tensors (a 60-layer MoE with 384 experts has some 200k); a damaged or hostile fi
 sparse one) is refused after reading this much, not read whole."""
 FORMAT: Literal["sglx-weights"] = "sglx-weights"
 FORMAT_VERSION: Literal[1] = 1
-Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
-Digest = Annotated[str, StringConstraints(pattern=r"^sha256:[0-9a-f]{64}$")]
 FileName = Annotated[str, StringConstraints(pattern=r"^[^/\\]+$")]
 
 

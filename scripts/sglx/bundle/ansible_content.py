@@ -28,6 +28,7 @@ from pathlib import Path
 from sglx.bundle import layout
 from sglx.bundle.files import copy_hashed, write_hashed
 from sglx.bundle.manifest import FileEntry, Kind, Slot
+from sglx_core.digests import HEX64
 from sglx_core.errors import SglxError
 from sglx_core.paths import ansible_dir, host_checks_dir
 from sglx_core.profile import Profile, images_dir
@@ -40,7 +41,7 @@ SKIP_SUFFIXES = (".pyc", ".pyo")
 # One part of a bundle path (manifest.RelPath): SHA256SUMS and install.sh read them unquoted.
 _PART = re.compile(r"^[A-Za-z0-9_+@=-][A-Za-z0-9._+@=-]*$")
 _PIN = re.compile(r"^([A-Za-z0-9._-]+)==(\S+)$")
-_HASH = re.compile(r"^--hash=sha256:([0-9a-f]{64})$")
+_HASH = re.compile(f"^--hash=sha256:({HEX64})$")
 
 
 @dataclass(frozen=True)

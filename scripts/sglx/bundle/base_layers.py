@@ -20,6 +20,7 @@ from typing import Any
 
 from sglx.base_archive import check_reference
 from sglx.bundle.manifest import BaseRecord, ImageRecord, LayerEntry
+from sglx_core.digests import DIGEST
 from sglx_core.errors import SglxError
 from sglx_core.profile import Profile
 
@@ -27,7 +28,7 @@ CODE = "bundle_base"
 # What `sglx image build` labels an image with (sglx.image.build._labels).
 BASE_NAME_LABEL = "org.opencontainers.image.base.name"
 BASE_DIGEST_LABEL = "org.opencontainers.image.base.digest"
-_ID = re.compile(r"sha256:[0-9a-f]{64}")
+_ID = re.compile(DIGEST)
 NO_BASE = "create the bundle without --exclude-base (it then carries the base's layers)"
 
 

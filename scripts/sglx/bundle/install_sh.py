@@ -55,6 +55,7 @@ from sglx import base_archive
 from sglx.bundle import install_sh_weights, layout, manifest, record
 from sglx.bundle.install_sh_values import fill, plain
 from sglx.run_spec import Site, head_words, lock_folder, run_spec, tail_words
+from sglx_core.digests import DIGEST, HEX64
 from sglx_core.errors import SglxError
 from sglx_core.jit_cache import ROOT_ENV, folder_name
 from sglx_core.profile import Profile
@@ -178,9 +179,9 @@ printf '%s\n' "$$models_root" | LC_ALL=C grep -Exq -e '(/[A-Za-z0-9_.-]+)+' &&
 case $$state in /*) ;; *) state=$$PWD/$$state ;; esac
 { [ "$${#image_ref}" -le 255 ] && [ "$$(printf '%s' "$$image_ref" | wc -l)" -eq 0 ] &&
   printf '%s\n' "$$image_ref" | LC_ALL=C grep -Exq -e "$$ref_pattern" &&
-  printf '%s\n' "$$image_id" | LC_ALL=C grep -Exq -e 'sha256:[0-9a-f]{64}' &&
+  printf '%s\n' "$$image_id" | LC_ALL=C grep -Exq -e '${digest_ere}' &&
   { [ -z "$$manifest_id" ] ||
-    printf '%s\n' "$$manifest_id" | LC_ALL=C grep -Exq -e 'sha256:[0-9a-f]{64}'; }; } ||
+    printf '%s\n' "$$manifest_id" | LC_ALL=C grep -Exq -e '${digest_ere}'; }; } ||
   die "this install.sh names the image $$(q "$$image_ref") ($$(q "$$image_id")), which is" \
     "not an image reference and id: $$recopy" 1
 # held_id: prints the id the engine holds the image under (its config or manifest digest;
@@ -236,7 +237,7 @@ tmp=$$(mktemp -d) || die "mktemp failed" "set TMPDIR to a writable folder"
 check_sums() {
   [ "$$(wc -c <"$$1")" -le "$$max_sums" ] ||
     die "SHA256SUMS is larger than any bundle's ($$max_sums bytes)" "$$recopy" 1
-  if LC_ALL=C grep -Evxe "[0-9a-f]{64}  $$rel_path" "$$1" >"$$tmp/bad"; then
+  if LC_ALL=C grep -Evxe "${hex64}  $$rel_path" "$$1" >"$$tmp/bad"; then
     bad=$$(head -n 1 "$$tmp/bad" | cut -c1-200)
     die "SHA256SUMS has a line not \`SHA256  PATH\` with a plain bundle path: $$(q "$$bad")" \
       "a bundle path has no '..', no leading '/', '-' or '.', no space: $$recopy" 1
@@ -541,9 +542,9 @@ record_plan() {
     "$(pwd -P)"/*) die "the install record folder $(q "$state") is inside the bundle" \
       "pass --state DIR outside it: a file written there fails the next check" ;;
   esac
-  digest=$(sed -n 's/^\([0-9a-f]\{64\}\)  bundle\.json$/\1/p' "$tmp/tohash")
+  digest=$(sed -n 's/^\(@HEX64_BRE@\)  bundle\.json$/\1/p' "$tmp/tohash")
   record_file=$state/sha256-$digest.json
-  LC_ALL=C sed 's/^\([0-9a-f]\{64\}\)  \(.*\)$/\2 \1/' "$tmp/tohash" |
+  LC_ALL=C sed 's/^\(@HEX64_BRE@\)  \(.*\)$/\2 \1/' "$tmp/tohash" |
     LC_ALL=C sort -k1,1 >"$tmp/bypath"
   cut -d' ' -f1 "$tmp/bypath" | split -l 500 - "$tmp/names."
   : >"$tmp/stat"
@@ -554,7 +555,7 @@ record_plan() {
     stat -c '%n %d %i %s %.9Y %.9Z' -- $(cat "$batch") >>"$tmp/stat" 2>/dev/null || :
   done
   # PATH SHA256 dev ino size mtime ctime (s.ns): the record's line, the times in ns
-  line='^([^ ]+) ([0-9a-f]{64}) ([0-9]+) ([0-9]+) ([0-9]+) ([0-9]+)\.([0-9]{9})'
+  line='^([^ ]+) (@HEX64@) ([0-9]+) ([0-9]+) ([0-9]+) ([0-9]+)\.([0-9]{9})'
   line="$line"' ([0-9]+)\.([0-9]{9})$'
   LC_ALL=C grep -E '^[^ ]+ [0-9]+ [0-9]+ [0-9]+ [0-9]+\.[0-9]{9} [0-9]+\.[0-9]{9}$' \
     "$tmp/stat" | LC_ALL=C sort -k1,1 | LC_ALL=C join "$tmp/bypath" - |
@@ -565,7 +566,7 @@ record_plan() {
     LC_ALL=C grep -qxF -e @KEY_DIGEST@ "$record_file" &&
     LC_ALL=C grep -qxF -e @KEY_FORMAT@ "$record_file" &&
     LC_ALL=C grep -qxF -e @KEY_VERSION@ "$record_file"; then
-    LC_ALL=C grep -E '^  "[^"]+": \["[0-9a-f]{64}"(, [0-9]+){5}\],?$' "$record_file" |
+    LC_ALL=C grep -E '^  "[^"]+": \["@HEX64@"(, [0-9]+){5}\],?$' "$record_file" |
       sed 's/,$//' | LC_ALL=C sort >"$tmp/known"
     if LC_ALL=C grep -qxF -e @KEY_IMAGE@ "$record_file" &&
       ! LC_ALL=C grep -qxF -e @KEY_NOT_DONE@ "$record_file"; then
@@ -614,7 +615,7 @@ record_write() {
   say "recorded the install in $(q "$record_file")"
 }"""
 
-_ID = re.compile(r"sha256:[0-9a-f]{64}")
+_ID = re.compile(DIGEST)
 # Stands for the JIT cache root in the rendered run line; install.sh puts the root in its place
 # (a plain path: a word shlex leaves bare stays one word).
 JIT_MARK = "@SGLX_JIT_ROOT@"
@@ -683,6 +684,8 @@ def record_sh(arch: str, image_ref: str, image_id: str) -> str:
         "@KEY_NOT_DONE@": line("installed_at", None),
         "@DEFAULT_STATE@": record.DEFAULT_STATE,
         "@PRINTF@": printf,
+        "@HEX64@": HEX64,
+        "@HEX64_BRE@": HEX64.replace("{", "\\{").replace("}", "\\}"),
     }
     text = RECORD_SH
     for key, value in keys.items():
@@ -836,6 +839,8 @@ def render(
         lock_dir=shlex.quote(plain(lock_folder(spec) or "", "the device-init lock folder")),
         numeric_gids=int(spec.numeric_gids),
         rel_path=shlex.quote(REL_PATH_ERE),
+        digest_ere=ere(DIGEST),
+        hex64=ere(HEX64),
         ref_pattern=shlex.quote(REF_ERE),
         max_sums=MAX_SUMS_BYTES,
         chunk_count=len(chunks),

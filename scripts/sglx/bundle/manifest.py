@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 from sglx.base_archive import check_reference
 from sglx.bundle import layout
 from sglx.bundle.layers import chain_ids
+from sglx_core.digests import Digest, Sha256
 from sglx_core.errors import SglxError
 from sglx_core.profile.loader import NAME_PATTERN
 from sglx_core.tuned import MANIFEST as TUNED_MANIFEST
@@ -29,8 +30,6 @@ from sglx_core.weights_manifest import MANIFEST_NAME as WEIGHTS_MANIFEST
 
 FORMAT: Literal["sglx-bundle"] = "sglx-bundle"
 FORMAT_VERSION: Literal[1] = 1
-Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
-Digest = Annotated[str, StringConstraints(pattern=r"^sha256:[0-9a-f]{64}$")]
 ImageId = Digest
 # One part of a bundle path: no leading dot (so no `.` or `..`), no spaces, slashes or
 # backslashes (SHA256SUMS and install.sh read paths unquoted).

@@ -32,6 +32,7 @@ from typing import Any
 
 from sglx.bundle import layout
 from sglx.bundle.manifest import BundleManifest, FileEntry, sha256_bytes
+from sglx_core.digests import DIGEST
 from sglx_core.errors import SglxError
 from sglx_core.untrusted import open_regular, read_json
 from sglx_core.util import atomic_write_text
@@ -43,7 +44,7 @@ STATE_ENV = "SGLX_STATE_DIR"
 # The doors, as the `door` field names them.
 DOORS = ("sglx", "install.sh", "bundle_install")
 SAVE_EVERY_S = 1.0
-_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+_DIGEST = re.compile(DIGEST)
 
 # The format, in the order the file lists it; `verified` is last (install.sh appends its lines).
 FIELDS: dict[str, str] = {

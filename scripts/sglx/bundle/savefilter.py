@@ -37,6 +37,7 @@ from typing import Any
 from sglx.bundle.layers import chain_ids, identify, link_target
 from sglx.bundle.manifest import LayerEntry
 from sglx.image_identity import digest_of, imported_manifest
+from sglx_core.digests import DIGEST, HEX64
 from sglx_core.errors import SglxError
 from sglx_core.untrusted import parse_json
 
@@ -46,16 +47,16 @@ MAX_LAYER_JSON = 1 << 20  # a layer folder's json
 MAX_BLOB = 1 << 20  # an OCI blob kept to be read (configs and manifests are a few KiB)
 MAX_CAPTURED = 64 << 20  # all members kept to be read, together
 MAX_INDEX_DEPTH = 2  # index.json, then an image index, then the manifest
-_BLOB = re.compile(r"blobs/sha256/([0-9a-f]{64})")
-_CLASSIC_CONFIG = re.compile(r"([0-9a-f]{64})\.json")
-_FLAT_LAYER = re.compile(r"([0-9a-f]{64})\.tar")  # podman's docker-archive
+_BLOB = re.compile(f"blobs/sha256/({HEX64})")
+_CLASSIC_CONFIG = re.compile(rf"({HEX64})\.json")
+_FLAT_LAYER = re.compile(rf"({HEX64})\.tar")  # podman's docker-archive
 _INDEX_TYPES = (
     "application/vnd.oci.image.index.v1+json",
     "application/vnd.docker.distribution.manifest.list.v2+json",
 )
 MAX_EXTENDED = 1 << 20  # a PAX or GNU long-name header's data
-_LAYER = re.compile(r"([0-9a-f]{64})/layer\.tar")
-_LAYER_JSON = re.compile(r"([0-9a-f]{64})/json")
+_LAYER = re.compile(rf"({HEX64})/layer\.tar")
+_LAYER_JSON = re.compile(f"({HEX64})/json")
 _EXTENDED = (b"x", b"L", b"K")
 _LINK = b"2"
 _FILE = (b"0", b"\0", b"7")
@@ -431,7 +432,7 @@ def _parse(raw: bytes, name: str) -> dict[str, Any]:
 
 def _descriptor_digest(descriptor: object, where: str) -> str:
     digest = descriptor.get("digest") if isinstance(descriptor, dict) else None
-    if not isinstance(digest, str) or not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
+    if not isinstance(digest, str) or not re.fullmatch(DIGEST, digest):
         raise _stream_error(f"{where} names a manifest without a sha256 digest")
     return digest
 

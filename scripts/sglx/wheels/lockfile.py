@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from sglx.wheels.target import target_of
+from sglx_core.digests import HEX64
 from sglx_core.errors import SglxError
 from sglx_core.profile import Profile
 from sglx_core.profile.loader import NAME_PATTERN
@@ -32,7 +33,7 @@ UPLOADED_PRIOR_TO = "uploaded_prior_to"
 _HEADER_NAME = "sglx-lock"
 _REQUIRED_HEADER_KEYS = ("arch", "inputs")
 _ENTRY = re.compile(r"^([A-Za-z0-9._-]+)==(\S+) \\$")
-_HASH = re.compile(r"^\s+--hash=sha256:([0-9a-f]{64})$")
+_HASH = re.compile(rf"^\s+--hash=sha256:({HEX64})$")
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sglx_core.digests import DIGEST
 from sglx_core.errors import SglxError
 from sglx_core.gate.fields import TOP_LEVEL, FieldCheck, shown
 from sglx_core.untrusted import parse_json, read_bounded
@@ -63,7 +64,7 @@ NAMED_POSITIONS = 8
 """Drifting positions named in a finding before "and N more"."""
 
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
-_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+_DIGEST = re.compile(DIGEST)
 _FIX = "rebuild the image (sglx image build writes the golden file) and copy its bundle again"
 
 

@@ -25,6 +25,7 @@ from pydantic import (
     model_validator,
 )
 
+from sglx_core.digests import StrictDigest, StrictSha256
 from sglx_core.env_bool import as_bool
 from sglx_core.sizes import SIZE_PATTERN
 
@@ -143,7 +144,7 @@ class Debootstrap(_Strict):
     )
 
 
-Digest = Annotated[str, StringConstraints(strict=True, pattern=r"^sha256:[0-9a-f]{64}$")]
+Digest = StrictDigest
 
 
 class BaseImage(_Strict):
@@ -658,7 +659,7 @@ class ModelAssets(_Strict):
 
     files: dict[
         Annotated[str, StringConstraints(strict=True, pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")],
-        Annotated[str, StringConstraints(strict=True, pattern=r"^[0-9a-f]{64}$")],
+        StrictSha256,
     ] = Field(description="File name -> its sha256 (hex), each from its publisher's source.")
     env: dict[EnvName, Annotated[str, StringConstraints(strict=True, min_length=1)]] = Field(
         default_factory=dict,
