@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sglx_core.util import atomic_write_text
+from sglx_core.util import atomic_write_text, file_stamp
 
 CACHE_DIR_ENV = "SGLX_CACHE_DIR"
 KEY_NAME = "hmac.key"
@@ -59,11 +59,9 @@ def cache_dir() -> Path:
 def cacheable(before: os.stat_result, after: os.stat_result, started_ns: int) -> bool:
     """Whether a hash taken between `before` and `after` (hashing began at `started_ns`) may be
     recorded: the file did not change while it was read, nor just before."""
-    return _identity(before) == _identity(after) and after.st_ctime_ns < started_ns - RACY_MARGIN_NS
-
-
-def _identity(st: os.stat_result) -> tuple[int, int, int, int, int]:
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    return (
+        file_stamp(before) == file_stamp(after) and after.st_ctime_ns < started_ns - RACY_MARGIN_NS
+    )
 
 
 def _private_file(fd: int) -> bool:
@@ -147,7 +145,7 @@ class VerifiedCache:
 
     def _mac(self, path: Path, st: os.stat_result, sha256: str, context: str) -> str:
         message = json.dumps(
-            [FORMAT_VERSION, str(path), *_identity(st), sha256, context], separators=(",", ":")
+            [FORMAT_VERSION, str(path), *file_stamp(st), sha256, context], separators=(",", ":")
         )
         return hmac.new(self.key, message.encode(), hashlib.sha256).hexdigest()
 

@@ -43,6 +43,12 @@ def sha256_file(path: Path) -> str:
         return sha256_handle(handle)
 
 
+def file_stamp(info: os.stat_result) -> tuple[int, int, int, int, int]:
+    """What says a file is the one that was hashed: the same inode on the same device, with the
+    same size and change times (a rewrite, a rename over it or a touch changes one of them)."""
+    return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+
+
 def sha256_handle(handle: BinaryIO) -> str:
     """The hex sha256 of what is left to read of an open binary file (one opened safely, by
     sglx_core.untrusted.open_regular, for example)."""

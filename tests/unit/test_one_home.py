@@ -20,6 +20,10 @@ FACTS = {
     "sizes for people": ("scripts/sglx_core/sizes.py", re.compile(r"^def human(_bytes)?\(", re.M)),
     "the sha256 of a file": ("scripts/sglx_core/util.py", re.compile(r"hashlib\.file_digest\(")),
     "the worker count": ("scripts/sglx_core/util.py", re.compile(r"^def default_jobs\(", re.M)),
+    "the file stamp": (
+        "scripts/sglx_core/util.py",
+        re.compile(r"st_dev, \w+\.st_ino, \w+\.st_size"),
+    ),
     # Ansible's modules run where sglx is not installed: ansible/ is left out of this one.
     "the sha256 digest pattern": ("scripts/sglx_core/digests.py", re.compile(r"0-9a-f\]\{64\}")),
 }
