@@ -17,9 +17,20 @@ import threading
 from collections.abc import Callable, Sequence
 from types import FrameType
 
-from sglx import __version__, ansible_cli, arch_cli, base_cli, model_cli, trace_cli, tuned_cli
-from sglx.bundle import cli as bundle_cli
+from sglx import __version__
 from sglx.cli_shared import EPILOG, Subparsers
+from sglx.commands import ansible as ansible_cli
+from sglx.commands import arch as arch_cli
+from sglx.commands import base as base_cli
+from sglx.commands import bundle as bundle_cli
+from sglx.commands import hosts as hosts_cli
+from sglx.commands import image as image_cli
+from sglx.commands import model as model_cli
+from sglx.commands import scan as scan_cli
+from sglx.commands import trace as trace_cli
+from sglx.commands import tuned as tuned_cli
+from sglx.commands import weights as weights_cli
+from sglx.commands import wheels as wheels_cli
 from sglx.failures import (
     Parser,
     UsageError,
@@ -29,11 +40,6 @@ from sglx.failures import (
     report_unexpected,
     report_usage_error,
 )
-from sglx.hosts import cli as hosts_cli
-from sglx.image import cli as image_cli
-from sglx.scan import cli as scan_cli
-from sglx.weights import cli as weights_cli
-from sglx.wheels import cli as wheels_cli
 from sglx_core.errors import SglxError
 from sglx_core.report import DEBUG_ENV, Result, error_result, render
 

@@ -16,7 +16,8 @@ __all__ = ["MANIFEST_NAME", "manifest_digest"]
 
 def __getattr__(name: str) -> Any:
     """Import the manifest (and pydantic with it) on first use: `sglx.cli` imports
-    `sglx.weights.cli` for every command, and building the parser should not pay for pydantic."""
+    `sglx.commands.weights` for every command, and building the parser should not pay for
+    pydantic."""
     if name in __all__:
         from sglx_core import weights_manifest
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sglx.cli_shared import EPILOG, MAX_WORKERS, Subparsers, workers
-from sglx.scan.cli import read_bundles_with
+from sglx.commands.scan import read_bundles_with
 from sglx_core.report import Result
 
 if TYPE_CHECKING:
