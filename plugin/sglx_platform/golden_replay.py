@@ -60,7 +60,7 @@ from sglx_core.profile import Profile
 from sglx_core.report import Finding, Result, Table, render, result_of
 from sglx_core.serving.model import read_model, served_dtype
 from sglx_core.untrusted import parse_json
-from sglx_platform.baked import DEFAULT_PROFILE, baked_profile
+from sglx_platform.image_profile import DEFAULT_PROFILE, baked_profile
 
 COMMAND = ("golden_replay",)
 MAX_RESPONSE_BYTES = 4 * 1024 * 1024

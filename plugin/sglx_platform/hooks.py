@@ -12,9 +12,9 @@ from collections.abc import Callable
 from typing import Any
 
 from sglx_platform import ops, profiling, vendor
-from sglx_platform.baked import profile_path
 from sglx_platform.consistency import check_ranks
 from sglx_platform.device_init import init_device
+from sglx_platform.image_profile import profile_path
 
 logger = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from sglx_core.errors import SglxError
 from sglx_core.jit_cache import HOST_ENV, MODE
-from sglx_platform.baked import baked_profile
+from sglx_platform.image_profile import baked_profile
 
 
 def cache_root() -> Path:

@@ -42,7 +42,7 @@ from sglx_platform import (
     tuned_configs,
     warm_cache,
 )
-from sglx_platform.baked import baked_profile
+from sglx_platform.image_profile import baked_profile
 
 # Where sglx-serve leaves the port it started the server on, for the healthcheck.
 STATE = Path("/tmp/sglx-serve.json")

@@ -65,8 +65,8 @@ from sglx_core.gate.speed_record import (
 from sglx_core.profile import Profile
 from sglx_core.report import Result, render, result_of
 from sglx_core.untrusted import parse_json, read_bounded
-from sglx_platform.baked import baked_profile
 from sglx_platform.golden_replay import server_info
+from sglx_platform.image_profile import baked_profile
 
 COMMAND = ("speed_gate",)
 MAX_PEERS_BYTES = 16 << 20

@@ -249,7 +249,7 @@ def _copy_entries(manifest: Manifest, source: Path, cache: Path) -> tuple[int, i
 def main(argv: list[str] | None = None) -> int:
     """`python -m sglx_platform.warm_cache build MODEL OUT`: the image build's step (the profile
     is the baked one, SGLX_PROFILE)."""
-    from sglx_platform.baked import baked_profile
+    from sglx_platform.image_profile import baked_profile
 
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 3 or args[0] != "build":

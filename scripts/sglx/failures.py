@@ -15,7 +15,7 @@ import traceback
 from collections.abc import Sequence
 from typing import NoReturn
 
-from sglx.extras import missing_dependency_error
+from sglx.optional_deps import missing_dependency_error
 from sglx_core.errors import SglxError
 from sglx_core.report import DEBUG_ENV, EXIT_ERROR, error_result, render, unexpected_error
 

@@ -33,7 +33,7 @@ from sglx.bundle.manifest import (
     dump,
     parse,
 )
-from sglx.bundle.savefilter import SaveFilter
+from sglx.bundle.save_stream import SaveFilter
 from sglx_core.errors import SglxError
 
 # Two layer folders of `docker save` by Docker 20.10.24 (an image from `docker import`, then a

@@ -19,7 +19,7 @@ import pytest
 from helpers.signals import default_sigint
 from packaging.requirements import Requirement
 
-from sglx.extras import OPTIONAL_MODULES
+from sglx.optional_deps import OPTIONAL_MODULES
 
 CliRunner = Callable[..., tuple[int, str, str]]
 REPO = Path(__file__).resolve().parents[2]

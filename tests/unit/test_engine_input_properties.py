@@ -30,7 +30,7 @@ from test_bundle_layers import save_archive
 from test_image_identity import oci_archive, podman_archive
 
 from sglx.bundle.layers import chain_ids
-from sglx.bundle.savefilter import SaveFilter
+from sglx.bundle.save_stream import SaveFilter
 from sglx_core import comm_share, tuned
 from sglx_core.engines import Engine, engine_from
 from sglx_core.errors import SglxError

@@ -17,7 +17,7 @@ import pytest
 from test_bundle_layers import run, save_archive
 
 from sglx.bundle.layers import chain_ids
-from sglx.bundle.savefilter import SaveFilter
+from sglx.bundle.save_stream import SaveFilter
 from sglx.image_identity import digest_of, imported_manifest
 from sglx_core.errors import SglxError
 

@@ -24,8 +24,8 @@ from sglx_core.gate.golden import (
     parse_golden,
     write_golden,
 )
-from sglx_platform.baked import PROFILE_ENV
 from sglx_platform.golden_replay import main, request_body, served_numbers
+from sglx_platform.image_profile import PROFILE_ENV
 
 TOLERANCE = ["--max-abs", "1e-3", "--mean-abs", "1e-4", "--min-top1", "0.9"]
 PROMPTS = (

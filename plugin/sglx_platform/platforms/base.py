@@ -10,10 +10,10 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from sglx_core.profile import Profile
-from sglx_platform.baked import baked_profile
 from sglx_platform.cpu_binding import apply_default
 from sglx_platform.failures import FailureClass, PlatformError
 from sglx_platform.graph_config import phases_turned_off, with_phases_off
+from sglx_platform.image_profile import baked_profile
 from sglx_platform.model_config import model_facts
 from sglx_platform.server_args import (
     explicit_fields,

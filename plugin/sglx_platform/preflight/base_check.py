@@ -16,8 +16,8 @@ from typing import Any
 from sglx_core.base_facts import Fact, compare, missing_provided, vendor_release
 from sglx_core.base_probe import facts as live_facts
 from sglx_core.profile import Profile
-from sglx_platform.baked import profile_path
 from sglx_platform.failures import FailureClass
+from sglx_platform.image_profile import profile_path
 from sglx_platform.preflight.checks import Check, failed
 
 REPORT_NAME = "base.json"

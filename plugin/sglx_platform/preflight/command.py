@@ -17,7 +17,7 @@ from pathlib import Path
 
 from sglx_core.errors import SglxError
 from sglx_core.report import EXIT_ERROR, Result, error_result, render
-from sglx_platform.baked import PROFILE_ENV
+from sglx_platform.image_profile import PROFILE_ENV
 from sglx_platform.preflight.runner import run
 from sglx_platform.probe import PROBE_ROOT_ENV
 

@@ -7,8 +7,8 @@ from importlib.metadata import entry_points
 
 from sglx_core.errors import SglxError
 from sglx_core.profile import Profile
-from sglx_platform.baked import PROFILE_ENV, baked_profile, profile_path
 from sglx_platform.failures import FailureClass
+from sglx_platform.image_profile import PROFILE_ENV, baked_profile, profile_path
 from sglx_platform.preflight.checks import Check, failed
 from sglx_platform.vendor import general_plugins, missing
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from sglx_core.report import Finding, Result, Table
-from sglx_platform.baked import profile_path
+from sglx_platform.image_profile import profile_path
 from sglx_platform.preflight.base_check import check_base
 from sglx_platform.preflight.checks import Check
 from sglx_platform.preflight.child_checks import child_checks

@@ -10,8 +10,8 @@ import contextlib
 import io
 from collections.abc import Sequence
 
-from sglx_platform.baked import baked_profile
 from sglx_platform.failures import FailureClass
+from sglx_platform.image_profile import baked_profile
 from sglx_platform.preflight.checks import Check, failed
 
 

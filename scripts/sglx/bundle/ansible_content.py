@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sglx.bundle import layout
-from sglx.bundle.files import copy_hashed, write_hashed
+from sglx.bundle.hashed_files import copy_hashed, write_hashed
 from sglx.bundle.manifest import FileEntry, Kind, Slot
 from sglx_core.digests import HEX64
 from sglx_core.errors import SglxError

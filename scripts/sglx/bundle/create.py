@@ -9,7 +9,7 @@ interrupted create leaves only a hidden `.NAME.partial-*` folder, which the next
 same name removes.
 
 With `--since PREVIOUS` the bundle is a delta (sglx.bundle.delta): the save stream goes through
-`savefilter.SaveFilter`, which leaves out the `layer.tar` of every layer the previous bundle's
+`save_stream.SaveFilter`, which leaves out the `layer.tar` of every layer the previous bundle's
 image holds, and bundle.json names the parent and every layer. Every bundle records its layers.
 With `--exclude-base` (sglx.bundle.base_layers) the layers of the image's base are left out the
 same way, and bundle.json names the base.
@@ -33,7 +33,7 @@ from sglx.base_archive import check_reference
 from sglx.bundle import ansible_content, install_sh, layout
 from sglx.bundle.chunks import ChunkWriter
 from sglx.bundle.delta import Bundle, read_bundle, shared
-from sglx.bundle.files import copy_hashed, require_space, write_hashed
+from sglx.bundle.hashed_files import copy_hashed, require_space, write_hashed
 from sglx.bundle.manifest import (
     BaseRecord,
     BundleManifest,
@@ -48,7 +48,7 @@ from sglx.bundle.manifest import (
     render_sums,
     sha256_bytes,
 )
-from sglx.bundle.savefilter import SaveFilter
+from sglx.bundle.save_stream import SaveFilter
 from sglx.bundle.signing import check_key, sign
 from sglx.bundle.weights_plan import WeightsPlan, folder_name, plan_weights
 from sglx.engine import docker_client

@@ -31,12 +31,12 @@ from sglx.bundle import layout
 from sglx.bundle.carried_spec import CarriedSpec, own_roots, read_carried_spec
 from sglx.bundle.chunks import iter_blocks
 from sglx.bundle.delta import engine_missing, refusal
-from sglx.bundle.files import copy_hashed, require_space
+from sglx.bundle.given import bundle_folder
+from sglx.bundle.hashed_files import copy_hashed, require_space
 from sglx.bundle.image_archive import layer_findings
 from sglx.bundle.manifest import BundleManifest, parse, sha256_bytes
 from sglx.bundle.record import InstallRecord
 from sglx.bundle.scan_report import not_scanned, report_findings
-from sglx.bundle.source import bundle_folder
 from sglx.bundle.verify import SignaturePolicy, check_files, read_manifest_bytes
 from sglx.bundle.weights_store import (
     carried_digest,

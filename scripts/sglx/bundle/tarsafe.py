@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from sglx.bundle import layout
-from sglx.bundle.files import require_space
+from sglx.bundle.hashed_files import require_space
 from sglx_core.errors import SglxError
 from sglx_core.untrusted import open_regular
 

@@ -17,10 +17,10 @@ from typing import Any
 
 from sglx.bundle import layout
 from sglx.bundle.delta import Bundle, chain_findings, describe, read_bundle
+from sglx.bundle.given import bundle_folder
 from sglx.bundle.image_archive import layer_findings
 from sglx.bundle.manifest import BundleManifest
 from sglx.bundle.scan_report import NOT_SCANNED, not_scanned, report_findings
-from sglx.bundle.source import bundle_folder
 from sglx.bundle.verify import FileCheck, SignaturePolicy, check_files
 from sglx.progress import Progress
 from sglx_core.errors import SglxError

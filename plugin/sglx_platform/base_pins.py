@@ -1,6 +1,6 @@
 """Write pip constraints pinning the packages the base provides to their installed versions.
 
-Run at image build time (`python -m sglx_platform.pins PROFILE OUT`); images of bases that own
+Run at image build time (`python -m sglx_platform.base_pins PROFILE OUT`); images of bases that own
 torch set PIP_CONSTRAINT to the output, so a later `pip install` cannot replace the base's
 ROCm or XPU torch with a PyPI build.
 """
