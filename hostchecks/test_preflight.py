@@ -27,8 +27,8 @@ from probes import (
     read_json,
 )
 
-from sglx.gate.vendor import amd_smi, rccl_tests, rvs, xpu_smi
-from sglx.gate.vendor.result import ToolResult
+from sglx.gate.tools import amd_smi, rccl_tests, rvs, xpu_smi
+from sglx.gate.tools.result import ToolResult
 from sglx_core.engines import engine_from, names_tested
 from sglx_core.errors import SglxError
 from sglx_core.untrusted import parse_json

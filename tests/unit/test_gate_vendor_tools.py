@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from sglx.gate.vendor import amd_smi, rccl_tests, rvs, xpu_smi
-from sglx.gate.vendor._input import MAX_OUTPUT_BYTES
-from sglx.gate.vendor.result import ToolResult, absent, is_absent, not_run, verdict
+from sglx.gate.tools import amd_smi, rccl_tests, rvs, xpu_smi
+from sglx.gate.tools._input import MAX_OUTPUT_BYTES
+from sglx.gate.tools.result import ToolResult, absent, is_absent, not_run, verdict
 from sglx_core.errors import SglxError
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "vendor"

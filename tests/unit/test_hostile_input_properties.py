@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sglx.gate.vendor import amd_smi, rccl_tests, rvs, xpu_smi
+from sglx.gate.tools import amd_smi, rccl_tests, rvs, xpu_smi
 from sglx_core.errors import SglxError
 from sglx_core.gate.bench import BenchSettings, parse_result
 from sglx_core.gate.golden import parse_golden

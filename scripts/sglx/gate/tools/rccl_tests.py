@@ -26,8 +26,8 @@ import math
 import re
 from dataclasses import dataclass
 
-from sglx.gate.vendor._input import bounded_text, field_error
-from sglx.gate.vendor.result import Number, ToolResult, verdict
+from sglx.gate.tools._input import bounded_text, field_error
+from sglx.gate.tools.result import Number, ToolResult, verdict
 from sglx_core.errors import SglxError
 
 TOOL = "all_reduce_perf"

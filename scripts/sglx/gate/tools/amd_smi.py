@@ -43,8 +43,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sglx.gate.vendor._input import bounded_text, field_error, load_json
-from sglx.gate.vendor.result import Number, ToolResult, verdict
+from sglx.gate.tools._input import bounded_text, field_error, load_json
+from sglx.gate.tools.result import Number, ToolResult, verdict
 from sglx_core.errors import SglxError
 
 TOOL = "amd-smi"
