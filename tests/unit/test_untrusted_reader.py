@@ -81,7 +81,7 @@ TRUSTED_JSON = {
     "plugin/sglx_platform/preflight/child.py": "the spec its parent process hands it",
     "plugin/sglx_platform/profiling.py": "torch profiler's own trace summary",
     "plugin/sglx_platform/warm_cache.py": "the warm-up child's own last line",
-    "plugin/sglx_platform/collective_smoke.py": "the collective's own TCPStore, written by ranks",
+    "plugin/sglx_platform/collective_smoke/rank.py": "the collective's own TCPStore (its ranks)",
     "plugin/sglx_platform/serve.py": "sglx-serve's own state files",
     "hostchecks/probes.py": "sglx's own probes' output on the checked host",
     "hostchecks/test_preflight.py": "the image's preflight --json",
