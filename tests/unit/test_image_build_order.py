@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from sglx.image.deps import build_hint
 from sglx.image.render import render_deps_script, render_dockerfile
 from sglx_core.profile import known_arches, load_profile
 
@@ -144,13 +143,3 @@ def test_the_serving_image_builds_on_the_deps_image_and_copies_no_wheel(arch: st
     script = render_deps_script(profile)
     assert "--require-hashes" in script and "--no-index" in script
     assert script.rstrip().splitlines()[-2:] == ['rm -rf "$deps"', 'echo "deps: done"']
-
-
-def test_a_full_data_root_gets_a_hint_that_says_so() -> None:
-    """The engine's own error ("no space left on device") comes after the build's last lines:
-    the hint names the cause and the commands that free the space."""
-    otherwise = "the lines above come from the step that failed"
-    hint = build_hint(["deps: installing 125 locked wheels", "write /var/lib/docker/overlay2/"
-                       "x/diff/a.so: no space left on device"], otherwise)  # fmt: skip
-    assert "data root is full" in hint and "sglx image prune" in hint
-    assert build_hint(["Step 9/44 : RUN false"], otherwise) == otherwise

@@ -34,7 +34,7 @@ from typing import Any
 
 from sglx import __version__
 from sglx.engine import docker_client, read_image_file
-from sglx.image import deps, payload, prune, weights_outside
+from sglx.image import build_log, deps, payload, prune, weights_outside
 from sglx.image.render import dockerfile_path, render_deps_script, stale_files
 from sglx.progress import Progress
 from sglx.wheels import wheelhouse
@@ -533,7 +533,7 @@ def docker_build(
     return the image id."""
     import io
 
-    tail: list[str] = []
+    tail = build_log.Tail()
     image_id = ""
     source: dict[str, Any] = (
         {"path": str(context)}
@@ -554,11 +554,13 @@ def docker_build(
     )
     for chunk in stream:
         if "error" in chunk:
-            detail = chunk.get("errorDetail", {}).get("message", chunk["error"])
+            detail = build_log.clip(
+                str(chunk.get("errorDetail", {}).get("message", chunk["error"]))
+            )
             raise SglxError(
-                f"docker build of {tag} failed: {detail.strip()}\n    " + "\n    ".join(tail[-15:]),
-                hint=deps.build_hint(
-                    [*tail, detail], "the lines above come from the step that failed"
+                f"docker build of {tag} failed: {detail}\n    " + "\n    ".join(tail.last(15)),
+                hint=build_log.failure_hint(
+                    [*tail.last(40), detail], "the lines above come from the step that failed"
                 ),
                 code="build_failed",
             )
@@ -568,7 +570,7 @@ def docker_build(
             line = line.rstrip()
             if not line:
                 continue
-            tail = [*tail[-40:], line]
+            tail.add(line)
             if line.startswith("Step ") or line.startswith(" ---> Using cache"):
                 progress(line.strip())
     if not image_id:

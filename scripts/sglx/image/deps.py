@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from sglx.image import build_log
 from sglx.image.payload import Payload, normalise
 from sglx.progress import Progress
 from sglx.wheels.lockfile import Lock
@@ -36,7 +37,6 @@ DEPS_REPO = "sglx/deps"
 DEPS_DIR = "/tmp/sglx-deps"
 KEY_FORMAT = 1
 CHUNK = 1 << 20
-LOG_TAIL = 40
 
 
 def deps_tag(arch: str, key: str) -> str:
@@ -138,17 +138,19 @@ def _install_and_commit(
     try:
         _copy_in(api, container, script, members)
         api.start(container)
-        tail: list[str] = []
-        for line in _lines(api.logs(container, stream=True, follow=True)):
-            tail = [*tail[-LOG_TAIL:], line]
+        tail = build_log.Tail()
+        for line in build_log.lines(api.logs(container, stream=True, follow=True)):
+            tail.add(line)
             if line.startswith("deps: "):
                 progress("venv: " + line.removeprefix("deps: "))
         status = int(api.wait(container, timeout=timeout_s).get("StatusCode", -1))
         if status != 0:
             raise SglxError(
                 f"installing the locked wheels into {base_image.id} failed (deps.sh exit "
-                f"{status}):\n    " + "\n    ".join(tail[-15:]),
-                hint=build_hint(tail, "the lines above are the end of deps.sh's output"),
+                f"{status}):\n    " + "\n    ".join(tail.last(15)),
+                hint=build_log.failure_hint(
+                    tail.last(40), "the lines above are the end of deps.sh's output"
+                ),
                 code="build_failed",
             )
         progress(f"venv: committing the container as {tag} (one layer: the venv)")
@@ -217,38 +219,9 @@ def _chunks(pipe: Any) -> Iterator[bytes]:
         yield chunk
 
 
-def _lines(stream: Any) -> Iterator[str]:
-    """The lines of a container's log stream, whose chunks need not end at a line's end."""
-    pending = b""
-    for chunk in stream:
-        pending += chunk
-        *complete, pending = pending.split(b"\n")
-        for line in complete:
-            yield line.decode(errors="replace").rstrip()
-    if pending:
-        yield pending.decode(errors="replace").rstrip()
-
-
 def _remove_quietly(client: Any, image_id: str) -> None:
     from docker.errors import APIError
 
     # A container or a child image may still use it: `sglx image prune` then reports it.
     with contextlib.suppress(APIError):
         client.images.remove(image_id)
-
-
-def build_hint(tail: list[str], otherwise: str) -> str:
-    """The hint for a failed build step, from the end of its output."""
-    text = "\n".join(tail)
-    if "no space left on device" in text.lower():
-        return (
-            "Docker's data root is full: free space there with `sglx image prune` (sglx's "
-            "build leftovers) and `docker image prune`; a build needs room for the venv, "
-            "several times the wheelhouse's size"
-        )
-    if "DO NOT MATCH THE HASHES" in text or "hash" in text.lower():
-        return (
-            "a wheel does not match the lock: check the wheelhouse with `sglx wheels "
-            "verify` and re-fetch it"
-        )
-    return otherwise
