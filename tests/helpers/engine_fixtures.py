@@ -143,16 +143,18 @@ def scan_cpu_bundle(
     config: pytest.Config, tmp_path_factory: pytest.TempPathFactory, run_id: str
 ) -> dict[str, Any]:
     """`sglx scan --bundle` of the session's cpu bundle (its chunks, layer for layer, with the
-    cpu profile's rules), once per run: the whole envelope, findings included."""
+    cpu profile's rules), once per run: the whole envelope, findings included, and the SBOM it
+    wrote from the same unpacked root (`data.sbom.path`)."""
 
     def make() -> Made:
         bundle = make_cpu_bundle(config, tmp_path_factory, run_id)["path"]
-        command = [SGLX, "scan", "--bundle", str(bundle), "--json", "-q"]
+        sbom = tmp_path_factory.mktemp("cpu-bundle-sbom") / "sbom.cdx.json"
+        command = [SGLX, "scan", "--bundle", str(bundle), "--sbom", str(sbom), "--json", "-q"]
         done = subprocess.run(
             command, capture_output=True, text=True, check=False, env=child_environment(), cwd=REPO
         )
         try:
-            return Made(json.loads(done.stdout))
+            return Made(json.loads(done.stdout), paths=[str(sbom.parent)])
         except json.JSONDecodeError:
             raise AssertionError(
                 f"{' '.join(command)}: exit {done.returncode}: {done.stderr[-3000:]}"

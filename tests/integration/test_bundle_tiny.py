@@ -20,6 +20,7 @@ import pytest
 from helpers.bundles import import_tiny_image, sglx_process
 
 from sglx.engine import image_ids
+from sglx.sbom.document import validation_error
 
 CliRunner = Callable[..., tuple[int, str, str]]
 JsonRunner = Callable[..., tuple[int, dict[str, Any]]]
@@ -566,6 +567,14 @@ def test_create_scans_the_image_it_wrote_and_keeps_the_report(
     report = json.loads((out / "meta" / "scan.json").read_text())
     assert report["data"]["source"]["kind"] == "image"
     assert {f["code"] for f in report["findings"]} == {f["code"] for f in envelope["findings"]}
+    # The SBOM of the same unpacked root, under SHA256SUMS; `bundle inspect` sums it up.
+    sbom = (out / "meta" / "sbom.cdx.json").read_text()
+    assert validation_error(sbom) is None
+    assert "meta/sbom.cdx.json" in (out / "SHA256SUMS").read_text()
+    subject = json.loads(sbom)["metadata"]["component"]
+    assert (subject["name"], subject["type"]) == (tag, "container")
+    code, inspected = sglx_json("bundle", "inspect", str(out))
+    assert code == 0 and inspected["data"]["sbom"]["path"] == "meta/sbom.cdx.json", inspected
 
 
 def test_an_image_built_with_another_profile_is_refused_naming_both_digests(

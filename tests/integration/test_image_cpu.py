@@ -27,6 +27,7 @@ from helpers.jit_cache import cache_entries
 from helpers.server import http, transformers_greedy, wait_healthy
 
 from sglx.run_spec import Site, docker_run_words, jit_folder, make_jit_folder, run_spec
+from sglx.wheels.lockfile import canonical
 from sglx.wheels.steps import load_lock
 from sglx_core.gate.golden import BUILTIN_PROMPTS, GOLDEN_FILE, GOLDEN_LABEL
 from sglx_core.jit_cache import HOST_ENV
@@ -63,6 +64,74 @@ def test_image_scan_is_clean(cpu_bundle_scan: dict[str, Any]) -> None:
     [scan] = envelope["data"]["scans"]
     assert scan["dependencies"]["resolved"] > 0
     assert all(item["reason"] for item in scan["accepted"])
+
+
+# Run in a container of the image, as root, with the image's own tools: its ELF files (by their
+# magic), the files dpkg's lists and every distribution's RECORD claim (through the kernel's
+# realpath and importlib.metadata, not sglx's reader), its installed packages and distributions.
+CONTENTS_ORACLE = r"""
+import glob, importlib.metadata as md, json, os, subprocess
+elves, sites = set(), []
+for top, dirs, files in os.walk("/"):
+    if top == "/":
+        dirs[:] = [d for d in dirs if d not in ("proc", "sys", "dev", "tmp", "run")]
+    sites += [os.path.join(top, d) for d in dirs if d in ("site-packages", "dist-packages")]
+    for name in files:
+        path = os.path.join(top, name)
+        if not os.path.islink(path):
+            with open(path, "rb") as handle:
+                if handle.read(4) == b"\x7fELF":
+                    elves.add(path)
+owned = set()
+for listed in glob.glob("/var/lib/dpkg/info/*.list"):
+    owned |= {os.path.realpath(line.rstrip("\n")) for line in open(listed) if line.strip()}
+dists = list(md.distributions(path=sites))
+for dist in dists:
+    owned |= {os.path.realpath(str(f.locate())) for f in dist.files or []}
+query = ["dpkg-query", "-W", "-f", "${db:Status-Abbrev}|${Package}|${Version}\n"]
+debs = [line.split("|")[1:] for line in subprocess.check_output(query, text=True).splitlines()
+        if line.startswith("ii")]
+print(json.dumps({"loose": sorted(elves - owned), "debian": sorted(debs),
+                  "python": sorted({(d.metadata["Name"], d.version) for d in dists})}))
+"""
+
+
+def test_the_sbom_lists_what_the_image_holds(
+    docker: Any, cpu_image: dict, cpu_bundle_scan: dict[str, Any]
+) -> None:
+    """The SBOM the run's scan of the cpu bundle wrote (`--sbom`, what `bundle create` puts in
+    meta/sbom.cdx.json) validates against CycloneDX 1.6, and lists every installed Debian
+    package, every Python distribution, and every ELF file neither claims, each as the image
+    itself reports them (CONTENTS_ORACLE)."""
+    from sglx.sbom.document import validation_error
+
+    text = Path(cpu_bundle_scan["data"]["sbom"]["path"]).read_text()
+    assert validation_error(text) is None
+    document = json.loads(text)
+    found = docker.containers.run(cpu_image["tag"], ["python3", "-c", CONTENTS_ORACLE],
+                                  entrypoint=[], user="root", network_disabled=True,
+                                  remove=True)  # fmt: skip
+    image = json.loads(found)
+    components = document["components"]
+    debian = sorted([c["name"], c["version"]] for c in components
+                    if c.get("purl", "").startswith("pkg:deb/"))  # fmt: skip
+    assert debian == image["debian"] and len(debian) > 50
+    python = {(c["name"], c["version"]) for c in components
+              if c.get("purl", "").startswith("pkg:pypi/")}  # fmt: skip
+    assert python == {tuple(d) for d in image["python"]}
+    names = {canonical(n) for n, _ in python}
+    assert ("sglang", "0.5.23") in python and {"sglx-platform", "sglx-kernels"} <= names
+    loose = {c["name"] for c in components if c["type"] == "file"}
+    assert loose == set(image["loose"]), sorted(loose ^ set(image["loose"]))[:20]
+    by_type = cpu_bundle_scan["data"]["sbom"]["components"]
+    assert by_type["machine-learning-model"] == 1 and by_type["container"] == 1  # weights, base
+    hashed = {
+        (c["purl"].split("/", 1)[1].split("@")[0], c["version"]): c["hashes"][0]["content"]
+        for c in components if c.get("hashes") and c.get("purl", "").startswith("pkg:pypi/")
+    }  # fmt: skip
+    lock = load_lock(load_profile("cpu"))
+    # every locked wheel, by the hash the lock pins, and nothing else
+    assert hashed == {(canonical(w.name), w.version): w.sha256 for w in lock.wheels}
 
 
 @dataclass(frozen=True)

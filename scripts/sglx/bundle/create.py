@@ -364,38 +364,13 @@ def _fill(
         base=layers.base,
     )
     scan_result = None
-    if options.scan and record.referenced():
-        from sglx.scan.command import scan_image
-        from sglx.scan.rules import Rules
-        from sglx_core.util import default_jobs
+    if options.scan:
+        from sglx.bundle.scan_step import scan_bundle_image
 
-        # A delta's archive lacks its parent's layers (one without its base, the base's): the
-        # image is scanned as the engine holds it (exported, never started), so the report is
-        # of everything the site will run.
-        scan_result = scan_image(
-            ref, rules=Rules.from_profile(profile), jobs=default_jobs(), progress=progress
-        )
-        text = json.dumps(scan_result.envelope(), indent=2, sort_keys=True) + "\n"
-        copied = write_hashed(stage / layout.SCAN_REPORT, text.encode())
-        add(layout.SCAN_REPORT, copied.size, copied.sha256, "meta")
-    elif options.scan:
-        from sglx.bundle.scan_target import written_archive
-        from sglx.scan.command import scan_archive
-        from sglx.scan.rules import Rules
-        from sglx_core.util import default_jobs
-
-        # The archive just written (still in the page cache), not a second export through
-        # the engine: the report is of the bytes the bundle carries, and twice as quick.
-        scan_result = scan_archive(
-            written_archive(stage, record),
-            {"kind": "image", "ref": ref, "id": record.id},
-            rules=Rules.from_profile(profile),
-            jobs=default_jobs(),
-            progress=progress,
-        )
-        text = json.dumps(scan_result.envelope(), indent=2, sort_keys=True) + "\n"
-        copied = write_hashed(stage / layout.SCAN_REPORT, text.encode())
-        add(layout.SCAN_REPORT, copied.size, copied.sha256, "meta")
+        scan_result, documents = scan_bundle_image(client, stage, profile, ref, record, progress)
+        for meta in documents:
+            copied = write_hashed(stage / meta.path, meta.text.encode())
+            add(meta.path, copied.size, copied.sha256, "meta")
     labels = dict(sorted((image.labels or {}).items()))
     for path, document in (
         (layout.VERSIONS, _versions(profile, labels)),

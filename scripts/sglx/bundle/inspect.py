@@ -19,6 +19,7 @@ from sglx.progress import Progress
 from sglx_core.errors import SglxError
 from sglx_core.report import Result, Table
 from sglx_core.sizes import human_bytes
+from sglx_core.untrusted import read_bounded
 
 
 def inspect_bundle(path: Path, progress: Progress) -> Result:
@@ -58,6 +59,10 @@ def inspect_bundle(path: Path, progress: Progress) -> Result:
         ("archive", f"{human_bytes(image.size)} in {len(image.chunks)} chunks"),
         ("files", f"{len(manifest.files)}, {human_bytes(sum(e.size for e in manifest.files))}"),
     )
+    sbom = _sbom_summary(bundle.folder)
+    if sbom is not None:
+        counts = ", ".join(f"{n} {kind}" for kind, n in sorted(sbom["components"].items()))
+        about = (*about, ("sbom", f"{layout.SBOM}: {counts or 'no components'}"))
     tables = [Table(("field", "value"), about, title=f"bundle {bundle.name}")]
     lines: list[str] = []
     if layers is None:
@@ -98,8 +103,21 @@ def inspect_bundle(path: Path, progress: Progress) -> Result:
         "base_bytes": from_base,
         "archive_bytes": image.size,
         "bytes": sum(e.size for e in manifest.files),
+        "sbom": sbom,
     }
     return Result(("bundle", "inspect"), data=data, tables=tuple(tables), lines=tuple(lines))
+
+
+def _sbom_summary(folder: Path) -> dict[str, Any] | None:
+    """Counts by kind, the base and the weights of the bundle's SBOM; None without one (a
+    bundle made with --no-scan, or before SBOMs)."""
+    from sglx.sbom.document import summary
+
+    path = folder / layout.SBOM
+    if not path.is_file():
+        return None
+    raw = read_bounded(path, what="SBOM", max_bytes=layout.MAX_SBOM_BYTES)
+    return {"path": layout.SBOM, **summary(raw.decode("utf-8", "replace"))}
 
 
 def _base_row(base: BaseRecord) -> str:

@@ -50,6 +50,7 @@ Kind = Literal["image-chunk", "meta", "install", "wheel", "lock", "weights", "an
 # The bundle's own files of a fixed path, and their kind.
 FIXED_KINDS: dict[str, Kind] = {
     layout.SCAN_REPORT: "meta",
+    layout.SBOM: "meta",
     layout.VERSIONS: "meta",
     layout.LABELS: "meta",
     layout.PROFILE: "meta",

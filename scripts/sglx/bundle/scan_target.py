@@ -17,6 +17,7 @@ The chunks' hashes are `sglx bundle verify`'s job; a scan only checks that they 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from sglx.bundle import layout
@@ -29,13 +30,30 @@ from sglx.scan.rules import Rules
 from sglx_core.errors import SglxError
 from sglx_core.profile import Profile, load_profile, load_profile_file
 from sglx_core.report import Result
+from sglx_core.untrusted import read_json
 
 FIX = "check the bundle with `sglx bundle verify` and re-copy what it names"
+
+
+@dataclass(frozen=True)
+class ScannedImage:
+    """The image a scanned archive holds, as its SBOM names it."""
+
+    ref: str
+    image_id: str
+    labels: dict[str, str]
 
 
 def bundle_archive(bundle: Path) -> tuple[ChunkedArchive, Rules]:
     """The bundle folder's image chunks and wheelhouse, as the scan reads them, and the scan
     rules of the bundle's own profile."""
+    archive, rules, _ = bundle_scan_input(bundle)
+    return archive, rules
+
+
+def bundle_scan_input(bundle: Path) -> tuple[ChunkedArchive, Rules, ScannedImage]:
+    """`bundle_archive`'s, and the image the bundle carries as its SBOM names it: the
+    reference and id of bundle.json, the labels of meta/labels.json."""
     if not bundle.is_dir():
         raise SglxError(
             f"bundle folder {bundle} does not exist or is not a folder",
@@ -62,7 +80,18 @@ def bundle_archive(bundle: Path) -> tuple[ChunkedArchive, Rules]:
     profile = bundle_profile(bundle, manifest.arch)
     wheels = tuple(sorted((bundle / layout.WHEELHOUSE).glob("*.whl")))
     site = site_packages(profile) if wheels else ""
-    return _archive(bundle, manifest.image, wheels, site), Rules.from_profile(profile)
+    image = ScannedImage(manifest.image.ref, manifest.image.id, _labels(bundle))
+    return _archive(bundle, manifest.image, wheels, site), Rules.from_profile(profile), image
+
+
+def _labels(bundle: Path) -> dict[str, str]:
+    path = bundle / layout.LABELS
+    if not path.is_file():
+        return {}
+    labels = read_json(path, what="image labels", max_bytes=layout.MAX_META_BYTES, hint=FIX)
+    if not isinstance(labels, dict):
+        raise SglxError(f"{path}: the image labels are not a JSON object", hint=FIX)
+    return {str(k): str(v) for k, v in labels.items() if isinstance(v, str)}
 
 
 def bundle_profile(bundle: Path, arch: str) -> Profile:

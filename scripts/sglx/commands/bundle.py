@@ -8,15 +8,10 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from sglx.cli_shared import EPILOG, MAX_WORKERS, Subparsers, workers
-from sglx.commands.scan import read_bundles_with
+from sglx.commands.scan import ScanInput, read_bundles_with
 from sglx_core.report import Result
-
-if TYPE_CHECKING:
-    from sglx.scan.archive import ChunkedArchive
-    from sglx.scan.rules import Rules
 
 
 def register(
@@ -205,10 +200,11 @@ def register(
     read_bundles_with(sub, _bundle_archive)
 
 
-def _bundle_archive(bundle: Path) -> tuple[ChunkedArchive, Rules]:
-    from sglx.bundle.scan_target import bundle_archive
+def _bundle_archive(bundle: Path) -> ScanInput:
+    from sglx.bundle.scan_target import bundle_scan_input
 
-    return bundle_archive(bundle)
+    archive, rules, image = bundle_scan_input(bundle)
+    return ScanInput(archive, rules, image.ref, image.image_id, image.labels)
 
 
 def _bundle_jobs(args: argparse.Namespace) -> int:

@@ -10,20 +10,34 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from sglx.cli_shared import EPILOG, MAX_WORKERS, Subparsers, workers
 from sglx_core.errors import SglxError
 from sglx_core.report import Result
 
 if TYPE_CHECKING:
+    from sglx.sbom import ImageSbom
     from sglx.scan.archive import ChunkedArchive
     from sglx.scan.rules import Rules
+    from sglx.wheels.lockfile import Lock
 
-BundleReader = Callable[[Path], "tuple[ChunkedArchive, Rules]"]
-"""A bundle folder -> the chunks and wheels it holds, as the scan reads them, and the rules of
-the profile it was made with (used unless --arch names another)."""
+
+class ScanInput(NamedTuple):
+    """What a bundle folder gives the scan: the chunks and wheels it holds, as the scan reads
+    them, the rules of the profile it was made with (used unless --arch names another), and
+    the image it carries as an SBOM names it (reference, id, labels)."""
+
+    archive: ChunkedArchive
+    rules: Rules
+    ref: str
+    image_id: str
+    labels: dict[str, str]
+
+
+BundleReader = Callable[[Path], ScanInput]
 
 
 def register(
@@ -77,6 +91,14 @@ def register(
         "for --bundle, the bundle's own profile, meta/arch.yaml)",
     )
     p.add_argument(
+        "--sbom",
+        type=Path,
+        metavar="FILE",
+        help="with --image or --bundle, also write the image's SBOM to FILE (CycloneDX 1.6 "
+        "JSON: Debian packages, Python distributions, ELF files in no package, the weights; "
+        "what `bundle create` puts in meta/sbom.cdx.json)",
+    )
+    p.add_argument(
         "--jobs",
         type=workers,
         metavar="N",
@@ -116,10 +138,23 @@ def _cmd_scan(args: argparse.Namespace) -> Result:
         from sglx_core.profile import load_profile
 
         rules = Rules.from_profile(load_profile(args.arch))
+    if args.sbom is not None:
+        if args.image is None and args.bundle is None:
+            raise SglxError(
+                "--sbom goes with --image REF or --bundle DIR",
+                hint="an SBOM describes one image: e.g. `sglx scan --image sglx/cpu:latest "
+                "--sbom sbom.cdx.json`",
+                code="usage",
+            )
+        from sglx_core.util import check_output_file
+
+        check_output_file(args.sbom, label="--sbom file")
     jobs = args.jobs or min(default_jobs(), MAX_WORKERS)
     progress = Progress("scan", quiet=args.quiet)
     if args.image is not None:
-        return scan_image(args.image, rules=rules, jobs=jobs, progress=progress)
+        sbom = _engine_sbom(args.image) if args.sbom is not None else None
+        result = scan_image(args.image, rules=rules, jobs=jobs, progress=progress, inspect=sbom)
+        return _with_sbom(result, sbom, args.sbom)
     if args.archive is not None:
         from sglx.scan.command import archive_files, scan_archive
 
@@ -131,8 +166,73 @@ def _cmd_scan(args: argparse.Namespace) -> Result:
             raise SglxError("--bundle is not available: no bundle group is registered")
         from sglx.scan.command import scan_archive
 
-        spec, own_rules = args.bundle_reader(args.bundle)
+        given = args.bundle_reader(args.bundle)
         source = {"kind": "bundle", "path": str(args.bundle)}
-        rules = rules if args.arch is not None else own_rules
-        return scan_archive(spec, source, rules=rules, jobs=jobs, progress=progress)
+        rules = rules if args.arch is not None else given.rules
+        sbom = None
+        if args.sbom is not None:
+            from sglx.sbom import ImageSbom
+
+            sbom = ImageSbom(given.ref, given.image_id, given.labels, _lock(given.rules))
+        result = scan_archive(
+            given.archive, source, rules=rules, jobs=jobs, progress=progress, inspect=sbom
+        )
+        return _with_sbom(result, sbom, args.sbom)
     return scan_paths(args.paths, root=args.root, rules=rules, jobs=jobs, progress=progress)
+
+
+def _engine_sbom(ref: str) -> ImageSbom:
+    from docker.errors import ImageNotFound
+
+    from sglx.engine import docker_client
+    from sglx.sbom import ImageSbom
+    from sglx.sbom.document import ARCH
+
+    client = docker_client()
+    try:
+        labels = client.images.get(ref).labels or {}
+    except ImageNotFound:  # the scan names the missing image, with its hint
+        return ImageSbom(ref, "", {}, None)
+    return ImageSbom.of_engine_image(client, ref, _lock_of_arch(labels.get(ARCH)))
+
+
+def _lock(rules: Rules) -> Lock | None:
+    return _lock_of_arch(rules.arch)
+
+
+def _lock_of_arch(arch: str | None) -> Lock | None:
+    """The checkout's lock of `arch`, for the wheels' hashes (used only where its digest is
+    the image's lock label)."""
+    from sglx.wheels.lockfile import parse
+    from sglx.wheels.steps import lock_path
+
+    if not arch:
+        return None
+    try:
+        return parse(lock_path(arch))
+    except (SglxError, OSError):
+        return None
+
+
+def _with_sbom(result: Result, sbom: ImageSbom | None, path: Path | None) -> Result:
+    """`result`, with the SBOM written to `path` (whole or not at all) and named in its data."""
+    if sbom is None or path is None:
+        return result
+    from sglx.sbom.document import summary
+    from sglx_core.util import atomic_write_text
+
+    text = sbom.text()
+    if text is None:
+        raise SglxError(
+            "the scan found no image filesystem to describe, so no SBOM was written",
+            hint="give --image REF or --bundle DIR of a full bundle",
+            code="usage",
+        )
+    atomic_write_text(path, text, label="--sbom file")
+    facts = summary(text)
+    counts = ", ".join(f"{n} {kind}" for kind, n in sorted(facts["components"].items()))
+    return replace(
+        result,
+        data={**result.data, "sbom": {"path": str(path), **facts}},
+        lines=(*result.lines, f"SBOM (CycloneDX 1.6) written to {path}: {counts}"),
+    )

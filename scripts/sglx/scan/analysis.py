@@ -103,6 +103,8 @@ class ScanReport:
     search: dict[str, list[str]] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
     closures: list[Closure] | None = None  # kept only when asked (benchmarks, tests)
+    # Every readable ELF file: the SBOM lists those no package owns.
+    elf_paths: tuple[str, ...] = ()
 
     @property
     def unresolved_pairs(self) -> int:
@@ -145,6 +147,7 @@ def analyze(
     report.unreadable = dict(sorted(inventory.unreadable.items()))
     report.damaged = dict(sorted(inventory.damaged.items()))
     report.kinds = dict(Counter(info.kind.describe() for info in inventory.elves.values()))
+    report.elf_paths = tuple(sorted(inventory.elves))
     report.seconds = {"walk": inventory.seconds_walk, "read": inventory.seconds_read}
 
     elves = ElfCache(rootfs)

@@ -5,18 +5,22 @@ folder is an archive to scan: `sglx.bundle.scan_target` says which chunks and wh
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from sglx.progress import Progress
-from sglx.scan.analysis import Target, analyze
+from sglx.scan.analysis import ScanReport, Target, analyze
 from sglx.scan.archive import ChunkedArchive, chunked_targets
 from sglx.scan.image import export_image
 from sglx.scan.result import build_result
 from sglx.scan.rules import Rules
 from sglx_core.errors import SglxError
 from sglx_core.report import Result
+from sglx_core.rootfs import RootFS
 from sglx_core.util import scratch_dir
+
+Inspect = Callable[[RootFS, ScanReport], None]
+"""Called for each image target while its unpacked root still exists (the SBOM reads it)."""
 
 
 def scan_paths(
@@ -73,7 +77,9 @@ def tree_target(paths: Sequence[Path], *, root: Path | None, rules: Rules) -> Ta
     )
 
 
-def scan_image(ref: str, *, rules: Rules, jobs: int, progress: Progress) -> Result:
+def scan_image(
+    ref: str, *, rules: Rules, jobs: int, progress: Progress, inspect: Inspect | None = None
+) -> Result:
     """Scan an image of the local engine: exported (never started) into scratch space."""
     with scratch_dir("sglx-scan-") as scratch:
         root = scratch / "rootfs"
@@ -88,6 +94,8 @@ def scan_image(ref: str, *, rules: Rules, jobs: int, progress: Progress) -> Resu
             placeholders=facts.placeholders,
         )
         report = analyze(target, rules, jobs=jobs, progress=progress)
+        if inspect is not None:
+            inspect(RootFS(root, facts.placeholders), report)
     source = {"kind": "image", "ref": ref, "id": facts.image_id}
     return build_result([report], source)
 
@@ -99,12 +107,17 @@ def scan_archive(
     rules: Rules,
     jobs: int,
     progress: Progress,
+    inspect: Inspect | None = None,
 ) -> Result:
     """Scan the images of a `docker save` archive read from its chunks, and the wheels `spec`
     lays into it; `source` is what the report says was scanned (a bundle, an image ref)."""
     with scratch_dir("sglx-scan-") as scratch:
         targets = chunked_targets(spec, scratch, progress)
-        reports = [analyze(t, rules, jobs=jobs, progress=progress) for t in targets]
+        reports = []
+        for target in targets:
+            reports.append(analyze(target, rules, jobs=jobs, progress=progress))
+            if inspect is not None and target.kind == "image_archive":
+                inspect(RootFS(target.root, target.placeholders), reports[-1])
     return build_result(reports, source)
 
 
