@@ -555,9 +555,13 @@ def test_create_scans_the_image_it_wrote_and_keeps_the_report(
     tag = f"sglx-test/bundle-tiny-scanned:{run_id}"
     import_tiny_image(docker, tag, blob_bytes=1000)
     out = tmp_path / "scanned"
+    statements = tmp_path / "site.vex.json"
+    statements.write_text(json.dumps({"statements": [{"vulnerability": {"name": "CVE-1"},
+                          "products": ["pkg:pypi/x"], "status": "not_affected"}]}))  # fmt: skip
     try:
         code, envelope = sglx_json("bundle", "create", "--arch", "cpu", "--image", tag,
-                                   "--out", str(out), "--chunk-size", CHUNK, "-q")  # fmt: skip
+                                   "--out", str(out), "--chunk-size", CHUNK, "--vex",
+                                   str(statements), "-q")  # fmt: skip
     finally:
         remove_image(docker, tag)
     # The tiny image lacks what the cpu profile requires: create says so, exit 1 (findings),
@@ -575,6 +579,17 @@ def test_create_scans_the_image_it_wrote_and_keeps_the_report(
     assert (subject["name"], subject["type"]) == (tag, "container")
     code, inspected = sglx_json("bundle", "inspect", str(out))
     assert code == 0 and inspected["data"]["sbom"]["path"] == "meta/sbom.cdx.json", inspected
+    # The audit reads that SBOM and the carried VEX, offline, against a database given here.
+    db = tmp_path / "osv"
+    db.mkdir()
+    (db / "GHSA-1.json").write_text(json.dumps({"id": "GHSA-1", "affected": [
+        {"package": {"ecosystem": "PyPI", "name": "x"}, "versions": ["1"]}]}))  # fmt: skip
+    assert "meta/vex.json" in (out / "SHA256SUMS").read_text()
+    code, audited = sglx_json("bundle", "audit", str(out), "--db", str(db), "--fail-on", "low")
+    assert (code, audited["data"]["database"]["advisories_read"]) == (0, 1), audited
+    (out / "meta" / "vex.json").write_text("{}")  # not what bundle.json says: refused
+    code, audited = sglx_json("bundle", "audit", str(out), "--db", str(db))
+    assert code == 2 and "does not match its sha256" in audited["errors"][0]["message"]
 
 
 def test_an_image_built_with_another_profile_is_refused_naming_both_digests(

@@ -82,6 +82,11 @@ def image_root(tmp_path: Path) -> Path:
     _write(root, f"{SITE}/demo_app/_ext.so", b"\x7fELF ext")
     _write(root, "opt/venv/bin/demo", "#!/opt/venv/bin/python\n")
     _write(root, "opt/vendor/lib/libvendor.so", VENDOR_LIB)
+    _write(root, "usr/lib/os-release", 'PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\n'
+           'VERSION_ID="12"\nID=debian\n')  # fmt: skip
+    (root / "etc").mkdir()
+    (root / "etc/os-release").symlink_to("../usr/lib/os-release")
+    _dist(root, "stand-in", "0.1", [], [])  # metadata only: no code of its own
     return root
 
 
@@ -107,7 +112,9 @@ def test_packages_distributions_and_loose_elf_files_are_read(image_root: Path) -
     (libfoo,) = [p for p in contents.debian if p.name == "libfoo1"]
     assert "/usr/lib/x86_64-linux-gnu/libfoo.so.1" in libfoo.files  # /lib read through the link
     assert libfoo.depends == ("libc6", "base-files", "other")
-    demo, _ = sorted(contents.python, key=lambda d: d.key)
+    demo, _, stand_in = sorted(contents.python, key=lambda d: d.key)
+    assert demo.has_code and not stand_in.has_code
+    assert (contents.os.id, contents.os.version_id) == ("debian", "12") if contents.os else False
     assert (demo.name, demo.version, demo.location) == ("demo-app", "1.0", f"/{SITE}")
     assert demo.requires == ("dep-pkg",)  # the extra's requirement left out
     assert f"/{SITE}/demo_app/_ext.so" in demo.files and "/opt/venv/bin/demo" in demo.files
@@ -146,6 +153,8 @@ def test_the_bom_validates_and_names_every_component_with_its_origin(image_root:
     assert dep["purl"] == "pkg:pypi/dep-pkg@2.0"
     assert dep["hashes"] == [{"alg": "SHA-256", "content": "12" * 32}]  # the locked wheel's
     assert "hashes" not in by_ref[f"pypi:demo-app@1.0@/{SITE}"]  # not in the lock: no hash
+    assert props[f"pypi:stand-in@0.1@/{SITE}"]["sglx:code"].startswith("none")
+    assert by_ref["os:debian@12"]["type"] == "operating-system"
     loose = by_ref["file:/opt/vendor/lib/libvendor.so"]
     assert loose["type"] == "file"
     assert loose["hashes"][0]["content"] == hashlib.sha256(VENDOR_LIB).hexdigest()
@@ -163,7 +172,8 @@ def test_the_bom_validates_and_names_every_component_with_its_origin(image_root:
             "debian": 2,
             "file": 1,
             "machine-learning-model": 1,
-            "python": 2,
+            "operating-system": 1,
+            "python": 3,
         },
         "base": f"sglx/base-cpu:bookworm (sha256:{'cd' * 32})",
         "model": f"demo ({LABELS['io.sglx.weights.digest']})",

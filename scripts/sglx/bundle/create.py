@@ -81,6 +81,7 @@ class CreateOptions:
     since: Path | None = None  # the previous bundle (folder or bundle.json): write a delta
     exclude_base: bool = False  # leave out the base image's layers (a site loads the base)
     tuned: Path | None = None  # a tuned set (sglx tuned capture) carried at tuned/
+    vex: Path | None = None  # VEX statements (OpenVEX or CycloneDX VEX) carried at meta/vex.json
 
 
 @dataclass(frozen=True)
@@ -125,6 +126,10 @@ def create_bundle(profile: Profile, options: CreateOptions, progress: Progress) 
         raise SglxError(f"{tar_path} already exists", hint="remove it first", code="usage")
     # A tuned set is checked for the arch before anything is written: refused, nothing made.
     tuned_set = None if options.tuned is None else tuned.load(options.tuned, profile)
+    if options.vex is not None:
+        from sglx.audit import vex
+
+        vex.read(options.vex)  # refused now, before the save, if it is not VEX
     lock, wheels = _wheel_sources(profile, options.wheelhouse)
     weights = plan_weights(
         image, ref, profile, options.weights_outside, options.models_root, layers.parent
@@ -371,6 +376,9 @@ def _fill(
         for meta in documents:
             copied = write_hashed(stage / meta.path, meta.text.encode())
             add(meta.path, copied.size, copied.sha256, "meta")
+    if options.vex is not None:
+        copied = copy_hashed(options.vex, stage / layout.VEX)
+        add(layout.VEX, copied.size, copied.sha256, "meta")
     labels = dict(sorted((image.labels or {}).items()))
     for path, document in (
         (layout.VERSIONS, _versions(profile, labels)),

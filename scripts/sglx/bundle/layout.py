@@ -34,6 +34,7 @@ INSTALL_SH = "install.sh"
 IMAGE_ARCHIVE = "image/image.tar"
 SCAN_REPORT = "meta/scan.json"
 SBOM = "meta/sbom.cdx.json"  # CycloneDX 1.6 JSON (sglx.sbom)
+VEX = "meta/vex.json"  # VEX statements the bundle carries (bundle create --vex)
 VERSIONS = "meta/versions.json"
 LABELS = "meta/labels.json"
 PROFILE = "meta/arch.yaml"

@@ -51,6 +51,7 @@ Kind = Literal["image-chunk", "meta", "install", "wheel", "lock", "weights", "an
 FIXED_KINDS: dict[str, Kind] = {
     layout.SCAN_REPORT: "meta",
     layout.SBOM: "meta",
+    layout.VEX: "meta",
     layout.VERSIONS: "meta",
     layout.LABELS: "meta",
     layout.PROFILE: "meta",

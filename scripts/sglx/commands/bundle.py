@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from sglx.audit.report import LEVELS
 from sglx.cli_shared import EPILOG, MAX_WORKERS, Subparsers, workers
 from sglx.commands.scan import ScanInput, read_bundles_with
 from sglx_core.report import Result
@@ -81,6 +82,13 @@ def register(
         "ansible/wheels (default: the lock only)",
     )
     p.add_argument("--no-scan", action="store_true", help="do not scan the image")
+    p.add_argument(
+        "--vex",
+        type=Path,
+        metavar="FILE",
+        help="carry VEX statements (OpenVEX or CycloneDX VEX) at meta/vex.json, under the "
+        "signature: `sglx bundle audit` applies them",
+    )
     p.add_argument(
         "--since",
         type=Path,
@@ -183,6 +191,45 @@ def register(
     p.set_defaults(func=_cmd_bundle_install)
 
     p = verbs.add_parser(
+        "audit",
+        parents=[common],
+        help="match the bundle's SBOM against an OSV database, offline, with VEX statements",
+        description="Reads the bundle's SBOM (meta/sbom.cdx.json, checked against bundle.json) "
+        "and matches its Python distributions and Debian packages against the OSV advisories "
+        "under --db (a folder of *.json, or OSV's per-ecosystem all.zip exports), by OSV's "
+        "range semantics and each ecosystem's version ordering. Never contacts a network. "
+        "VEX statements (OpenVEX or CycloneDX VEX: the bundle's meta/vex.json and --vex FILEs) "
+        "mark advisories not_affected or fixed; the report shows them as such. Exit 1 only "
+        "with --fail-on, when an advisory at or above that severity affects a component and "
+        "no statement covers it. Reference: docs/reference/audit.md.",
+        epilog=EPILOG,
+    )
+    p.add_argument("bundle", type=Path, metavar="DIR", help="bundle folder or its bundle.json")
+    p.add_argument(
+        "--db",
+        type=Path,
+        required=True,
+        metavar="PATH",
+        help="the OSV database the site carries in: a folder of advisories or all.zip exports",
+    )
+    p.add_argument(
+        "--vex",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="VEX statements of the site (OpenVEX or CycloneDX VEX); repeatable",
+    )
+    p.add_argument(
+        "--fail-on",
+        choices=LEVELS,
+        metavar="LEVEL",
+        help=f"fail (exit 1) on an unsuppressed advisory of this severity or above "
+        f"({', '.join(LEVELS)}; unknown severities count as high); default: report only",
+    )
+    p.set_defaults(func=_cmd_bundle_audit)
+
+    p = verbs.add_parser(
         "inspect",
         parents=[common],
         help="show a bundle's image layers: sizes, carried or taken from the parent or base",
@@ -233,6 +280,7 @@ def _cmd_bundle_create(args: argparse.Namespace) -> Result:
         since=args.since,
         exclude_base=args.exclude_base,
         tuned=args.tuned,
+        vex=args.vex,
     )
     return create_bundle(
         load_profile(args.arch), options, Progress("bundle create", quiet=args.quiet)
@@ -252,6 +300,14 @@ def _cmd_bundle_verify(args: argparse.Namespace) -> Result:
         progress=Progress("bundle verify", quiet=args.quiet),
         parents=args.parents,
     )
+
+
+def _cmd_bundle_audit(args: argparse.Namespace) -> Result:
+    from sglx.bundle.audit import audit_bundle
+    from sglx.progress import Progress
+
+    return audit_bundle(args.bundle, args.db, args.vex, args.fail_on,
+                        Progress("bundle audit", quiet=args.quiet))  # fmt: skip
 
 
 def _cmd_bundle_inspect(args: argparse.Namespace) -> Result:

@@ -33,6 +33,7 @@ MAX_STATUS_BYTES = 64 << 20  # a full desktop's status is about 10 MB
 MAX_LIST_BYTES = 32 << 20  # one package's file list
 MAX_METADATA_BYTES = 4 << 20  # METADATA with a long description is some hundred KB
 MAX_RECORD_BYTES = 64 << 20  # torch's RECORD is a few MB
+MAX_OS_RELEASE_BYTES = 64 << 10
 MAX_SEARCH_DEPTH = 8  # /opt/conda/envs/NAME/lib/python3.X/site-packages is 7 deep
 PACKAGE_FOLDERS = frozenset({"site-packages", "dist-packages"})
 _SKIP_TOP = frozenset({"proc", "sys", "dev", "tmp", "run"})
@@ -56,6 +57,9 @@ class PythonDistribution:
     location: str  # the site-packages folder (virtual path)
     requires: tuple[str, ...]  # canonical names of what it requires, markers aside
     files: frozenset[str] = field(default=frozenset(), repr=False)
+    # Whether its RECORD names a file outside its own .dist-info: a metadata-only stand-in
+    # holds no code, so no advisory against its code applies (sglx's own VEX says so).
+    has_code: bool = True
 
     @property
     def key(self) -> str:
@@ -72,10 +76,19 @@ class LooseFile:
 
 
 @dataclass(frozen=True)
+class OperatingSystem:
+    """os-release's ID and VERSION_ID (`debian`, `12`): which Debian release's advisories apply."""
+
+    id: str
+    version_id: str
+
+
+@dataclass(frozen=True)
 class ImageContents:
     debian: tuple[DebianPackage, ...]
     python: tuple[PythonDistribution, ...]
     loose_elf: tuple[LooseFile, ...]
+    os: OperatingSystem | None = None
 
 
 def read_contents(rootfs: RootFS, elf_paths: Iterable[str]) -> ImageContents:
@@ -93,7 +106,23 @@ def read_contents(rootfs: RootFS, elf_paths: Iterable[str]) -> ImageContents:
         real = Path(rootfs.host_path(path))
         if real.is_file() and not real.is_symlink():
             loose.append(LooseFile(path, sha256_file(real), real.stat().st_size))
-    return ImageContents(debian, python, tuple(loose))
+    return ImageContents(debian, python, tuple(loose), operating_system(rootfs))
+
+
+def operating_system(rootfs: RootFS) -> OperatingSystem | None:
+    """/etc/os-release's ID and VERSION_ID (its fallback /usr/lib/os-release)."""
+    for path in ("/etc/os-release", "/usr/lib/os-release"):
+        raw = _read(rootfs, path, "os-release", MAX_OS_RELEASE_BYTES)
+        if raw is None:
+            continue
+        fields = {}
+        for line in raw.decode("utf-8", "replace").splitlines():
+            key, sep, value = line.partition("=")
+            if sep:
+                fields[key.strip()] = value.strip().strip("\"'")
+        if fields.get("ID"):
+            return OperatingSystem(fields["ID"], fields.get("VERSION_ID", ""))
+    return None
 
 
 def debian_packages(rootfs: RootFS) -> Iterator[DebianPackage]:
@@ -144,12 +173,15 @@ def python_distributions(rootfs: RootFS) -> Iterator[PythonDistribution]:
             if not name or not version:
                 continue
             record = _read(rootfs, f"{folder}/RECORD", "RECORD", MAX_RECORD_BYTES) or b""
+            files = canonical.paths(_record_paths(location, record))
+            own = rootfs.resolve(folder) or folder
             yield PythonDistribution(
                 name=name,
                 version=version,
                 location=location,
                 requires=tuple(_requirement_names(fields.get("requires_dist") or [])),
-                files=canonical.paths(_record_paths(location, record)),
+                files=files,
+                has_code=not record or any(not f.startswith(own + "/") for f in files),
             )
 
 

@@ -29,6 +29,7 @@ from sglx_core.untrusted import parse_json
 SPEC_VERSION = "1.6"
 MEDIA_TYPE = "application/vnd.cyclonedx+json"
 SBOM_NAME = "sbom.cdx.json"
+NO_CODE = "none: its RECORD lists no file outside its .dist-info"
 # The image labels the BOM reads (sglx.image.build writes them).
 BASE_NAME = "org.opencontainers.image.base.name"
 BASE_DIGEST = "org.opencontainers.image.base.digest"
@@ -128,7 +129,11 @@ def build_bom(subject: Subject, contents: ImageContents) -> Any:
             bom_ref=ref,
             purl=PackageURL("pypi", None, dist.key, dist.version),
             hashes=sha256(wheel) if wheel else None,
-            properties=props(location=dist.location, hash_of="the locked wheel" if wheel else ""),
+            properties=props(
+                location=dist.location,
+                hash_of="the locked wheel" if wheel else "",
+                code="" if dist.has_code else NO_CODE,
+            ),
         )
     loose = [
         Component(
@@ -150,6 +155,16 @@ def build_bom(subject: Subject, contents: ImageContents) -> Any:
                 bom_ref=f"model:{model_digest}",
                 hashes=sha256(model_digest),
                 properties=props(hash_of="the weights manifest (sglx weights verify)"),
+            )
+        )
+    if contents.os is not None:
+        top.append(
+            Component(
+                name=contents.os.id,
+                version=contents.os.version_id,
+                type=ComponentType.OPERATING_SYSTEM,
+                bom_ref=f"os:{contents.os.id}@{contents.os.version_id}",
+                properties=props(read_from="os-release"),
             )
         )
     if labels.get(TRITON_CACHE):

@@ -1,0 +1,54 @@
+"""`sglx bundle audit`: the bundle's SBOM (meta/sbom.cdx.json, checked against its manifest
+entry before it is read), its VEX statements (meta/vex.json where it carries one) and the
+site's, audited offline against an OSV database (sglx.audit)."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from pathlib import Path
+
+from sglx.audit import vex
+from sglx.audit.report import audit
+from sglx.bundle import layout
+from sglx.bundle.delta import read_bundle
+from sglx.progress import Progress
+from sglx_core.errors import SglxError
+from sglx_core.report import Result
+from sglx_core.untrusted import read_bounded
+
+REMAKE = "make the bundle again with the scan (without --no-scan): its SBOM comes from it"
+
+
+def audit_bundle(
+    path: Path, db: Path, vex_files: Sequence[Path], fail_on: str | None, progress: Progress
+) -> Result:
+    bundle = read_bundle(path, "audit")
+    entries = {entry.path: entry for entry in bundle.manifest.files}
+    if layout.SBOM not in entries:
+        raise SglxError(
+            f"{bundle.folder} carries no SBOM ({layout.SBOM}): it was made with --no-scan, or "
+            "by an sglx before SBOMs",
+            hint=REMAKE,
+            code="usage",
+        )
+    sbom = _checked(bundle.folder, layout.SBOM, entries[layout.SBOM].sha256, layout.MAX_SBOM_BYTES)
+    statements = []
+    if layout.VEX in entries:
+        _checked(bundle.folder, layout.VEX, entries[layout.VEX].sha256, vex.MAX_VEX_BYTES)
+        statements += vex.read(bundle.folder / layout.VEX)
+    for file in vex_files:
+        statements += vex.read(file)
+    return audit(sbom.decode("utf-8", "replace"), str(bundle.folder / layout.SBOM), db,
+                 statements, fail_on, progress)  # fmt: skip
+
+
+def _checked(folder: Path, name: str, sha256: str, max_bytes: int) -> bytes:
+    raw = read_bounded(folder / name, what=name, max_bytes=max_bytes)
+    if hashlib.sha256(raw).hexdigest() != sha256.removeprefix("sha256:"):
+        raise SglxError(
+            f"{folder / name} does not match its sha256 in bundle.json",
+            hint="check the bundle with `sglx bundle verify` and re-copy what it names",
+            code="corrupt",
+        )
+    return raw
