@@ -65,7 +65,28 @@ def register(
     )
     p.add_argument("dst", type=Path, metavar="DST", help="converted model folder")
     p.add_argument("--jobs", type=workers, metavar="N", help="hashing threads (default: up to 4)")
+    p.add_argument(
+        "--signer",
+        type=Path,
+        metavar="PUBKEY",
+        help="also require DST's OMS signature (sglx-weights.sig) to verify with this PEM "
+        "public key; a folder unsigned or signed by another key is a finding",
+    )
     p.set_defaults(func=_cmd_weights_verify)
+
+    p = verbs.add_parser(
+        "sign",
+        parents=[common],
+        help="sign a converted model per file, in OpenSSF's model-signing format",
+        description="Writes DST/sglx-weights.sig: a Sigstore bundle whose DSSE envelope holds "
+        "an in-toto statement of every file's digest, signed with a PEM elliptic-curve key "
+        "(OpenSSF model-signing, key mode: no network). Check it with `sglx weights verify "
+        "DST --signer KEY.pub`, or without sglx: `model_signing verify key --signature "
+        "DST/sglx-weights.sig --public_key KEY.pub DST`.",
+    )
+    p.add_argument("dst", type=Path, metavar="DST", help="converted model folder")
+    p.add_argument("--key", type=Path, required=True, metavar="KEY", help="PEM private key")
+    p.set_defaults(func=_cmd_weights_sign)
 
     p = verbs.add_parser(
         "check",
@@ -111,9 +132,24 @@ def _cmd_weights_verify(args: argparse.Namespace) -> Result:
     from sglx.progress import Progress
     from sglx.weights.verify import verify_weights
 
-    return verify_weights(
+    result = verify_weights(
         args.dst, jobs=args.jobs, progress=Progress("weights verify", quiet=args.quiet)
     )
+    if args.signer is None:
+        return result
+    from dataclasses import replace
+
+    from sglx.weights.signature import signature_findings
+
+    found = signature_findings(args.dst, args.signer)
+    data = {**result.data, "signature": "ok" if not found else "findings"}
+    return replace(result, data=data, findings=(*result.findings, *found))
+
+
+def _cmd_weights_sign(args: argparse.Namespace) -> Result:
+    from sglx.weights.signature import sign_weights
+
+    return sign_weights(args.dst, args.key)
 
 
 def _cmd_weights_check(args: argparse.Namespace) -> Result:

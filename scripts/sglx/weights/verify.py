@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from sglx.weights.safetensors_io import read_header
+from sglx.weights.signature import SIGNATURE_NAME
 from sglx_core.errors import SglxError
 from sglx_core.report import Finding, Result, Table
 from sglx_core.untrusted import open_regular
@@ -130,7 +131,8 @@ def verify_weights(
         (record.name, str(record.size), status)
         for record, (status, _) in zip(manifest.files, outcomes, strict=True)
     ]
-    listed = {f.name for f in manifest.files} | {MANIFEST_NAME}
+    # the OMS signature beside the manifest (sglx.weights.signature) is its own file
+    listed = {f.name for f in manifest.files} | {MANIFEST_NAME, SIGNATURE_NAME}
     for extra in sorted(p.name for p in folder.iterdir() if p.name not in listed):
         rows.append((extra, "", "not in manifest"))
         findings.append(
