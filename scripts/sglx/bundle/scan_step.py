@@ -61,7 +61,7 @@ def scan_bundle_image(
         )
     written = [Written(layout.SCAN_REPORT, json.dumps(result.envelope(), indent=2,
                                                       sort_keys=True) + "\n")]  # fmt: skip
-    progress("writing the SBOM (CycloneDX 1.6, validated against its schema)")
+    progress("writing the SBOM (CycloneDX 1.6)")
     text = sbom.text()
     if text is not None:
         written.append(Written(layout.SBOM, text))

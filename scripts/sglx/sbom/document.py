@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 from sglx.sbom.contents import ImageContents, PythonDistribution
-from sglx_core.errors import SglxError
 from sglx_core.untrusted import parse_json
 
 SPEC_VERSION = "1.6"
@@ -207,17 +206,12 @@ def _python_dependencies(
 
 
 def to_json(bom: Any) -> str:
-    """The BOM as CycloneDX 1.6 JSON, validated against the 1.6 schema first."""
+    """The BOM as CycloneDX 1.6 JSON. Not validated here: the library writes the schema's
+    shape, and the tests validate what it wrote with the library's strict validator
+    (`validation_error`), which costs a bundle create seconds for nothing it could fix."""
     from cyclonedx.output.json import JsonV1Dot6
 
     text: str = JsonV1Dot6(bom).output_as_string(indent=1)
-    problem = validation_error(text)
-    if problem is not None:
-        raise SglxError(
-            f"the SBOM sglx made does not validate against CycloneDX {SPEC_VERSION}: {problem}",
-            hint="this is a bug in sglx; report it with the image's reference",
-            code="internal",
-        )
     return text + "\n"
 
 
