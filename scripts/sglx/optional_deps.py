@@ -15,12 +15,18 @@ from sglx_core.errors import SglxError
 # Import name -> (distribution, extra), one row per distribution of pyproject.toml's [host]
 # extra; tests/unit/test_cli_errors.py checks that the two agree.
 OPTIONAL_MODULES: dict[str, tuple[str, str]] = {
+    "cvss": ("cvss", "host"),
+    "cyclonedx": ("cyclonedx-python-lib", "host"),
+    "debian": ("python-debian", "host"),
     "docker": ("docker", "host"),
     "elftools": ("pyelftools", "host"),
     "jinja2": ("jinja2", "host"),
     "ml_dtypes": ("ml_dtypes", "host"),
+    "model_signing": ("model-signing", "host"),
     "numpy": ("numpy", "host"),
+    "OpenSSL": ("pyopenssl", "host"),
     "safetensors": ("safetensors", "host"),
+    "semver": ("semver", "host"),
 }
 
 
