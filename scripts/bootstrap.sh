@@ -16,9 +16,15 @@ DOCKERD_LOG=${DOCKERD_LOG:-/var/log/sglx-dockerd.log}
 # Debian packages the tool and its tests use: the engine, debootstrap for the cpu base,
 # pax-utils (lddtree), the baseline bench/scan compares against, and the site registry's
 # docker-registry and skopeo (role sglx_registry, tests/integration/test_site_registry.py),
-# prometheus for its promtool (the rules' checks and tests; its daemon is not started), and
-# shellcheck for the install.sh sglx renders (tests/unit/test_install_sh_shellcheck.py).
+# prometheus for its promtool (the rules' checks and tests; its daemon is not started), and the
+# linter shellcheck for the install.sh sglx renders (tests/unit/test_install_sh_shellcheck.py).
 APT_PACKAGES=(docker.io debootstrap pax-utils skopeo docker-registry prometheus shellcheck)
+
+# cosign, the verifier a site's reviewers run on sglx's Sigstore bundles (the attestation tests
+# run it as they would): Debian ships it in sid only. It comes from there with apt's own
+# machinery and a private sources list and state, so this machine's apt sources stay as they are.
+SID_PACKAGES=(cosign)
+SID_MIRROR=${SID_MIRROR:-http://deb.debian.org/debian}
 
 say() { printf 'bootstrap: %s\n' "$*"; }
 die() { printf 'bootstrap: error: %s\n' "$*" >&2; exit 2; }
@@ -45,6 +51,28 @@ ensure_apt_packages() {
       "${missing[@]}" >/dev/null; } || rc=$?
   [ "$own_policy" = 0 ] || rm -f "$policy"
   [ "$rc" = 0 ] || die "apt-get could not install ${missing[*]} (exit $rc)"
+}
+
+ensure_sid_packages() {
+  local missing=()
+  for pkg in "${SID_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" \
+      || missing+=("$pkg")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  [ "$(id -u)" -eq 0 ] || die "missing Debian sid packages: ${missing[*]}; run as root"
+  say "installing from Debian sid ($SID_MIRROR): ${missing[*]}"
+  local dir rc=0
+  dir=$(mktemp -d /tmp/sglx-sid.XXXXXX)
+  mkdir -p "$dir/lists/partial" "$dir/archives/partial"
+  printf 'deb %s sid main\n' "$SID_MIRROR" >"$dir/sources.list"
+  local apt=(apt-get -qq -o "Dir::Etc::SourceList=$dir/sources.list"
+    -o Dir::Etc::SourceParts=/dev/null -o "Dir::State::Lists=$dir/lists"
+    -o "Dir::Cache::Archives=$dir/archives")
+  { "${apt[@]}" update && (cd "$dir" && "${apt[@]}" download "${missing[@]}") \
+    && dpkg -i "$dir"/*.deb >/dev/null; } || rc=$?
+  rm -rf "$dir"
+  [ "$rc" = 0 ] || die "could not install ${missing[*]} from Debian sid (exit $rc)"
 }
 
 engine_answers() { timeout 10 docker version --format '{{.Server.Version}}' >/dev/null 2>&1; }
@@ -107,6 +135,7 @@ ensure_venv() {
 }
 
 ensure_apt_packages
+ensure_sid_packages
 ensure_engine
 ensure_venv
 say "ready: $VENV/bin/sglx --help"

@@ -17,6 +17,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
+from sglx import image_labels
 from sglx.base_archive import (
     ImageArchive,
     check_reference,
@@ -112,8 +113,8 @@ def _labels(profile: Profile, mirror: str) -> dict[str, str]:
         "org.opencontainers.image.description": (
             f"Debian {spec.suite} ({spec.variant}) made by sglx base build"
         ),
-        "org.opencontainers.image.base.name": f"debian:{spec.suite} (debootstrap)",
-        "io.sglx.arch": profile.arch,
+        image_labels.BASE_NAME: f"debian:{spec.suite} (debootstrap)",
+        image_labels.ARCH: profile.arch,
         "io.sglx.base.mirror": mirror,
         "io.sglx.base.packages": " ".join(spec.packages),
     }

@@ -15,18 +15,24 @@ from sglx_core.errors import SglxError
 # Import name -> (distribution, extra), one row per distribution of pyproject.toml's [host]
 # extra; tests/unit/test_cli_errors.py checks that the two agree.
 OPTIONAL_MODULES: dict[str, tuple[str, str]] = {
+    "cryptography": ("cryptography", "host"),
     "cvss": ("cvss", "host"),
     "cyclonedx": ("cyclonedx-python-lib", "host"),
     "debian": ("python-debian", "host"),
     "docker": ("docker", "host"),
     "elftools": ("pyelftools", "host"),
+    "google": ("protobuf", "host"),
+    "in_toto": ("in-toto", "host"),
+    "in_toto_attestation": ("in-toto-attestation", "host"),
     "jinja2": ("jinja2", "host"),
     "ml_dtypes": ("ml_dtypes", "host"),
     "model_signing": ("model-signing", "host"),
     "numpy": ("numpy", "host"),
     "OpenSSL": ("pyopenssl", "host"),
     "safetensors": ("safetensors", "host"),
+    "securesystemslib": ("securesystemslib", "host"),
     "semver": ("semver", "host"),
+    "sigstore_models": ("sigstore-models", "host"),
 }
 
 

@@ -23,7 +23,7 @@ import pytest
 from helpers.bundles import child_image, import_tiny_image
 from helpers.engine_fixtures import has_image, remove_images
 
-from sglx.bundle.base_layers import BASE_DIGEST_LABEL, BASE_NAME_LABEL
+from sglx import image_labels
 
 CliRunner = Callable[..., tuple[int, str, str]]
 JsonRunner = Callable[..., tuple[int, dict[str, Any]]]
@@ -50,7 +50,7 @@ def based(docker: Any, run_id: str, tmp_path_factory: pytest.TempPathFactory) ->
     try:
         base_id = import_tiny_image(docker, base_tag)
         ids.append(base_id)
-        labels = {BASE_NAME_LABEL: base_tag, BASE_DIGEST_LABEL: base_id}
+        labels = {image_labels.BASE_NAME: base_tag, image_labels.BASE_DIGEST: base_id}
         app_id = child_image(docker, base_tag, app_tag, "app", 100_000, labels=labels)
         ids.insert(0, app_id)
         base_tar = folder / "base.tar"

@@ -17,6 +17,7 @@ import pytest
 import yaml
 from test_bundle_layers import DIFFS, PARENT, FakeClient, image, manifest_of, sh_checks
 
+from sglx import image_labels
 from sglx.bundle import base_layers, layout
 from sglx.bundle.delta import engine_missing, refusal
 from sglx.bundle.install_sh import base_check, parent_check
@@ -167,7 +168,7 @@ def profile_with(**base: Any) -> Profile:
     return profile.model_copy(update={"base": profile.base.model_copy(update=base)})
 
 
-LABELS = {base_layers.BASE_NAME_LABEL: BASE.ref, base_layers.BASE_DIGEST_LABEL: BASE.image_id}
+LABELS = {image_labels.BASE_NAME: BASE.ref, image_labels.BASE_DIGEST: BASE.image_id}
 
 
 def test_create_names_the_base_by_the_images_labels_else_the_profile() -> None:
@@ -178,7 +179,7 @@ def test_create_names_the_base_by_the_images_labels_else_the_profile() -> None:
     assert found == BASE.model_copy(update={"obtain": "docker save it"})
     # Labels that do not name a reference and an id: the profile's base.ref, by reference. A
     # base sglx builds gives another id each time, so its `obtain` is not recorded.
-    odd = {base_layers.BASE_NAME_LABEL: "debian (debootstrap)"}
+    odd = {image_labels.BASE_NAME: "debian (debootstrap)"}
     found = base_layers.find_base(
         Engine(**{"sglx/base-cpu:bookworm": DIFFS[:1]}),
         built(odd),

@@ -170,7 +170,13 @@ def _result(
             }
             for s in own
         ],
-        "policy": {"fail_on": fail_on, "failed": bool(failing)},
+        "policy": {
+            "fail_on": fail_on,
+            "failed": bool(failing),
+            "failing": [
+                {"component": c.name, "id": h.id, "severity": h.severity} for c, h in failing
+            ],
+        },
     }
     lines = [
         f"{len(components)} components matched against {database.read} advisories: "

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from sglx.audit import vex
@@ -18,6 +19,16 @@ from sglx_core.report import Result
 from sglx_core.untrusted import read_bounded
 
 REMAKE = "make the bundle again with the scan (without --no-scan): its SBOM comes from it"
+
+
+@dataclass(frozen=True)
+class AuditPolicy:
+    """The audit `bundle verify --audit-db` runs after the files verified: the site's OSV
+    database, its VEX documents, and the severity that makes it a finding (None: report only)."""
+
+    db: Path
+    vex_files: tuple[Path, ...] = ()
+    fail_on: str | None = None
 
 
 def audit_bundle(

@@ -18,6 +18,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from sglx import image_labels
 from sglx.base_archive import check_reference
 from sglx.bundle.manifest import BaseRecord, ImageRecord, LayerEntry
 from sglx_core.digests import DIGEST
@@ -26,8 +27,6 @@ from sglx_core.profile import Profile
 
 CODE = "bundle_base"
 # What `sglx image build` labels an image with (sglx.image.build._labels).
-BASE_NAME_LABEL = "org.opencontainers.image.base.name"
-BASE_DIGEST_LABEL = "org.opencontainers.image.base.digest"
 _ID = re.compile(DIGEST)
 NO_BASE = "create the bundle without --exclude-base (it then carries the base's layers)"
 
@@ -39,9 +38,9 @@ def find_base(
     from docker.errors import ImageNotFound
 
     labels = image.labels or {}
-    named = labels.get(BASE_NAME_LABEL) or ""
+    named = labels.get(image_labels.BASE_NAME) or ""
     base_ref = named if _is_reference(named) else profile.base.ref
-    labelled = labels.get(BASE_DIGEST_LABEL) or ""
+    labelled = labels.get(image_labels.BASE_DIGEST) or ""
     base_id = labelled if _ID.fullmatch(labelled) else None
     how = _obtain(profile, base_ref) or f"docker save it where {ref} was built, then sglx base load"
     try:

@@ -28,7 +28,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from sglx import __version__
+from sglx import __version__, image_labels
 from sglx.base_archive import check_reference
 from sglx.bundle import ansible_content, install_sh, layout
 from sglx.bundle.chunks import ChunkWriter
@@ -56,9 +56,8 @@ from sglx.progress import Progress
 from sglx.run_spec import run_spec
 from sglx_core import tuned
 from sglx_core.errors import SglxError
-from sglx_core.gate.golden import GOLDEN_LABEL
 from sglx_core.profile import Profile
-from sglx_core.profile.resolved import PROFILE_DIGEST_LABEL, profile_digest, resolved_text
+from sglx_core.profile.resolved import profile_digest, resolved_text
 from sglx_core.report import Finding, Result, Table
 from sglx_core.sizes import human_bytes
 from sglx_core.tuned import TunedSet
@@ -82,6 +81,7 @@ class CreateOptions:
     exclude_base: bool = False  # leave out the base image's layers (a site loads the base)
     tuned: Path | None = None  # a tuned set (sglx tuned capture) carried at tuned/
     vex: Path | None = None  # VEX statements (OpenVEX or CycloneDX VEX) carried at meta/vex.json
+    attest_key: Path | None = None  # the site's P-256 key: SLSA provenance, scan, in-toto layout
 
 
 @dataclass(frozen=True)
@@ -107,8 +107,14 @@ class Layers:
 
 
 def create_bundle(profile: Profile, options: CreateOptions, progress: Progress) -> Result:
+    started = dt.datetime.now(dt.UTC)
     ref = options.image or f"sglx/{profile.arch}:latest"
     _check_names(ref, options)
+    attest_key = None
+    if options.attest_key is not None:
+        from sglx.attest.keys import load_signing_key
+
+        attest_key = load_signing_key(options.attest_key)  # refused now, before the save
     client = docker_client()
     image = _image(client, ref, profile)
     layers = _layers(image, ref, profile, options.since, client if options.exclude_base else None)
@@ -152,6 +158,13 @@ def create_bundle(profile: Profile, options: CreateOptions, progress: Progress) 
         entries += ansible_content.write(ansible, stage)
         entries += _copy_tuned(tuned_set, stage, progress)
         tuned_record = None if tuned_set is None else TunedRecord(digest=tuned_set.digest)
+        if attest_key is not None:
+            from sglx.bundle import attestations
+
+            progress("attesting every file: SLSA provenance, the scan's result, in-toto layout")
+            parameters = _parameters(profile, options)
+            facts = attestations.BuildFacts(record, image.labels or {}, parameters, started)
+            entries += attestations.write(stage, entries, facts, scan_result, attest_key)
         manifest = _finish(
             stage, profile, record, entries, options, weights, ansible.slot(), tuned_record
         )
@@ -189,7 +202,7 @@ def _image(client: Any, ref: str, profile: Profile) -> Any:
             "or pass --image REF",
             code="usage",
         ) from None
-    arch = (image.labels or {}).get("io.sglx.arch")
+    arch = (image.labels or {}).get(image_labels.ARCH)
     if arch is not None and arch != profile.arch:
         raise SglxError(
             f"image '{ref}' was built for arch {arch}, not {profile.arch}",
@@ -205,12 +218,12 @@ def check_profile_digest(ref: str, labels: dict[str, str], profile: Profile) -> 
     from (meta/arch.yaml): it must be the one baked into the image, whose digest the image's
     label records. An image without the label (not built by `sglx image build`) is not
     checked."""
-    baked = labels.get(PROFILE_DIGEST_LABEL)
+    baked = labels.get(image_labels.PROFILE_DIGEST)
     here = profile_digest(profile)
     if baked is not None and baked != here:
         raise SglxError(
             f"image '{ref}' was built with another {profile.arch} profile: its label "
-            f"{PROFILE_DIGEST_LABEL} is {baked}, the profile here resolves to {here}",
+            f"{image_labels.PROFILE_DIGEST} is {baked}, the profile here resolves to {here}",
             hint="rebuild the image from this checkout "
             f"(`sglx image build --arch {profile.arch}`), or create the bundle from the "
             "checkout the image was built from",
@@ -456,8 +469,8 @@ def _versions(profile: Profile, labels: dict[str, str]) -> dict[str, Any]:
 
     return {
         "arch": profile.arch,
-        "sglang": labels.get("io.sglx.sglang.version", profile.sglang.version),
-        "sglx": labels.get("org.opencontainers.image.version", __version__),
+        "sglang": labels.get(image_labels.SGLANG_VERSION, profile.sglang.version),
+        "sglx": labels.get(image_labels.VERSION, __version__),
         "plugin": dist("sglx-platform"),
         "kernels": {
             "sglx-kernels": dist("sglx-kernels"),
@@ -465,14 +478,29 @@ def _versions(profile: Profile, labels: dict[str, str]) -> dict[str, Any]:
             "serve": list(profile.kernels.serve),
         },
         "base": {
-            "name": labels.get("org.opencontainers.image.base.name", profile.base.ref),
-            "digest": labels.get("org.opencontainers.image.base.digest", "unknown"),
+            "name": labels.get(image_labels.BASE_NAME, profile.base.ref),
+            "digest": labels.get(image_labels.BASE_DIGEST, "unknown"),
         },
-        "weights_digest": labels.get("io.sglx.weights.digest", "unknown"),
-        "lock_digest": labels.get("io.sglx.lock.digest", "unknown"),
+        "weights_digest": labels.get(image_labels.WEIGHTS_DIGEST, "unknown"),
+        "lock_digest": labels.get(image_labels.LOCK_DIGEST, "unknown"),
         # The golden numerics the image carries (/etc/sglx/golden.json): what the serving gate
         # replays on every host.
-        "golden_digest": labels.get(GOLDEN_LABEL, "none"),
+        "golden_digest": labels.get(image_labels.GOLDEN_DIGEST, "none"),
+    }
+
+
+def _parameters(profile: Profile, options: CreateOptions) -> dict[str, Any]:
+    """The provenance's external parameters: what a rebuild of this bundle would pass."""
+    return {
+        "arch": profile.arch,
+        "chunkSize": options.chunk_size,
+        "since": "" if options.since is None else options.since.name,
+        "excludeBase": options.exclude_base,
+        "wheelhouse": options.wheelhouse is not None,
+        "weightsOutside": options.weights_outside is not None,
+        "tuned": options.tuned is not None,
+        "vex": options.vex is not None,
+        "scan": options.scan,
     }
 
 

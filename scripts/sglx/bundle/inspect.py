@@ -63,6 +63,8 @@ def inspect_bundle(path: Path, progress: Progress) -> Result:
     if sbom is not None:
         counts = ", ".join(f"{n} {kind}" for kind, n in sorted(sbom["components"].items()))
         about = (*about, ("sbom", f"{layout.SBOM}: {counts or 'no components'}"))
+    attested = [name for path, name in layout.ATTESTATIONS.items() if path in manifest.by_path()]
+    about = (*about, ("attestations", ", ".join(attested) or "none (create --attest-key KEY)"))
     tables = [Table(("field", "value"), about, title=f"bundle {bundle.name}")]
     lines: list[str] = []
     if layers is None:
@@ -104,6 +106,7 @@ def inspect_bundle(path: Path, progress: Progress) -> Result:
         "archive_bytes": image.size,
         "bytes": sum(e.size for e in manifest.files),
         "sbom": sbom,
+        "attestations": attested,
     }
     return Result(("bundle", "inspect"), data=data, tables=tuple(tables), lines=tuple(lines))
 

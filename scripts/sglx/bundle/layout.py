@@ -11,6 +11,9 @@ agree on them.
     meta/labels.json       the image labels
     meta/arch.yaml         the resolved profile baked into the image (its io.sglx.profile.digest)
     meta/run.json          the run spec (sglx.run_spec): how a host runs the server container
+    meta/provenance.sigstore.json  SLSA provenance of every file, a Sigstore bundle (--attest-key)
+    meta/scan.sigstore.json        the scan's result as an in-toto test result (--attest-key)
+    meta/in-toto/          root.layout and bundle.<keyid>.link, for in-toto-verify (--attest-key)
     wheelhouse/            the arch's lock and its wheels (with --wheelhouse)
     weights/NAME/          converted weights and their manifest (with --weights-outside)
     tuned/                 a tuned set: GEMM tables and their manifest (with --tuned)
@@ -35,6 +38,17 @@ IMAGE_ARCHIVE = "image/image.tar"
 SCAN_REPORT = "meta/scan.json"
 SBOM = "meta/sbom.cdx.json"  # CycloneDX 1.6 JSON (sglx.sbom)
 VEX = "meta/vex.json"  # VEX statements the bundle carries (bundle create --vex)
+# Attestations (sglx.bundle.attestations), signed with the site's key: listed in bundle.json.
+PROVENANCE = "meta/provenance.sigstore.json"
+SCAN_ATTESTATION = "meta/scan.sigstore.json"
+IN_TOTO = "meta/in-toto"
+IN_TOTO_LAYOUT = "meta/in-toto/root.layout"
+IN_TOTO_LINK = re.compile(r"meta/in-toto/bundle\.[0-9a-f]{8}\.link")
+ATTESTATIONS = {
+    PROVENANCE: "SLSA provenance",
+    SCAN_ATTESTATION: "scan result",
+    IN_TOTO_LAYOUT: "in-toto layout",
+}
 VERSIONS = "meta/versions.json"
 LABELS = "meta/labels.json"
 PROFILE = "meta/arch.yaml"
@@ -59,6 +73,7 @@ MAX_SIGNATURE_BYTES = 16 << 10  # an ssh-keygen signature is under 1 KiB
 MAX_RECORD_BYTES = 64 << 20  # the install record: a few hundred bytes per verified file
 MAX_META_BYTES = 16 << 20  # meta/*.json
 MAX_SBOM_BYTES = 256 << 20  # a ROCm image's SBOM: some thousand components, a few MB
+MAX_ATTESTATION_BYTES = 64 << 20  # one subject per file: MAX_FILES paths, base64 in JSON
 MAX_FILES = 100_000
 MAX_LAYERS = 1_000  # an image's layers (overlay2 stacks at most 128)
 MAX_PATH_CHARS = 400

@@ -52,6 +52,9 @@ FIXED_KINDS: dict[str, Kind] = {
     layout.SCAN_REPORT: "meta",
     layout.SBOM: "meta",
     layout.VEX: "meta",
+    layout.PROVENANCE: "meta",
+    layout.SCAN_ATTESTATION: "meta",
+    layout.IN_TOTO_LAYOUT: "meta",
     layout.VERSIONS: "meta",
     layout.LABELS: "meta",
     layout.PROFILE: "meta",
@@ -428,6 +431,8 @@ def _layout_kind(manifest: BundleManifest, path: str) -> Kind | None:
         return "image-chunk"
     if path in FIXED_KINDS:
         return FIXED_KINDS[path]
+    if layout.IN_TOTO_LINK.fullmatch(path):
+        return "meta"
     if top == layout.WHEELHOUSE and manifest.wheelhouse.included:
         if path == layout.WHEEL_LOCK:
             return "lock"

@@ -24,16 +24,29 @@ from sglx_core.errors import SglxError
 TIMEOUT_S = 60
 SITE_ALLOWED_SIGNERS = Path("/etc/sglx/allowed_signers")
 SITE_ALLOWED_SIGNERS_ENV = "SGLX_ALLOWED_SIGNERS"
+SITE_ATTEST_KEY = Path("/etc/sglx/attest.pub")
+SITE_ATTEST_KEY_ENV = "SGLX_ATTEST_KEY"
 
 
 def site_allowed_signers(environ: Mapping[str, str] = os.environ) -> Path | None:
     """The site's allowed-signers file: the one $SGLX_ALLOWED_SIGNERS names, else
     SITE_ALLOWED_SIGNERS when anything is at that path (a dangling link or an unreadable file
     still counts: it fails the check rather than turning it off), else None."""
-    named = environ.get(SITE_ALLOWED_SIGNERS_ENV, "")
+    return _site_file(SITE_ALLOWED_SIGNERS_ENV, SITE_ALLOWED_SIGNERS, environ)
+
+
+def site_attest_key(environ: Mapping[str, str] = os.environ) -> Path | None:
+    """The site's attestation public key ($SGLX_ATTEST_KEY, else SITE_ATTEST_KEY), found the
+    way the allowed-signers file is: when it is configured, every bundle must carry
+    attestations it verifies (sglx.bundle.attestations)."""
+    return _site_file(SITE_ATTEST_KEY_ENV, SITE_ATTEST_KEY, environ)
+
+
+def _site_file(variable: str, default: Path, environ: Mapping[str, str]) -> Path | None:
+    named = environ.get(variable, "")
     if named:
         return Path(named)
-    return SITE_ALLOWED_SIGNERS if os.path.lexists(SITE_ALLOWED_SIGNERS) else None
+    return default if os.path.lexists(default) else None
 
 
 def _ssh_keygen(args: list[str], stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:

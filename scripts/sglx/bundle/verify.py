@@ -19,7 +19,7 @@ from pathlib import Path
 from sglx.bundle import layout
 from sglx.bundle.hashing import HashJob, hash_files
 from sglx.bundle.manifest import BundleManifest, FileEntry, parse, render_sums, sha256_bytes
-from sglx.bundle.signing import site_allowed_signers
+from sglx.bundle.signing import site_allowed_signers, site_attest_key
 from sglx.bundle.signing import verify as verify_signature
 from sglx.progress import Progress
 from sglx_core.errors import SglxError
@@ -40,6 +40,7 @@ class FileCheck:
     hashed_bytes: int = 0
     reused: int = 0
     signature_checked: bool = False
+    attestations_checked: bool = False
 
 
 @dataclass(frozen=True)
@@ -47,13 +48,18 @@ class SignaturePolicy:
     allowed_signers: Path | None = None
     identity: str | None = None
     required: bool = False
+    attest_key: Path | None = None  # the public key attestations must be signed with
 
     def resolved(self) -> SignaturePolicy:
         """The policy in force: the site's allowed-signers file when no --allowed-signers is
         given, and a signature required whenever signers are known (else deleting
-        bundle.json.sig and re-rendering SHA256SUMS would pass an altered bundle)."""
+        bundle.json.sig and re-rendering SHA256SUMS would pass an altered bundle); the site's
+        attestation key when no --attest-key is given."""
         signers = self.allowed_signers or site_allowed_signers()
-        return SignaturePolicy(signers, self.identity, self.required or signers is not None)
+        attest_key = self.attest_key or site_attest_key()
+        return SignaturePolicy(
+            signers, self.identity, self.required or signers is not None, attest_key
+        )
 
 
 def read_manifest_bytes(bundle: Path) -> bytes:
@@ -120,7 +126,9 @@ def check_files(
         check.findings.append(Finding("bundle_signature", exc.message, layout.SIGNATURE, exc.hint))
         return check
     _check_sums(bundle, signed, manifest, check)
-    _check_signature(raw, signed, signature.resolved(), check)
+    policy = signature.resolved()
+    _check_signature(raw, signed, policy, check)
+    _check_attestations(bundle, manifest, policy, check)
     entries = manifest.by_path()
     present = _walk(bundle, check)
     jobs: list[HashJob] = []
@@ -263,6 +271,21 @@ def _check_signature(
                 "--allowed-signers and --identity",
             )
         )
+
+
+def _check_attestations(
+    bundle: Path, manifest: BundleManifest, policy: SignaturePolicy, check: FileCheck
+) -> None:
+    """With an attestation key configured, the bundle's attestations must be signed with it
+    and attest exactly the files bundle.json lists (sglx.bundle.attestations)."""
+    if policy.attest_key is None:
+        return
+    from sglx.attest.keys import load_verify_key
+    from sglx.bundle import attestations
+
+    key = load_verify_key(policy.attest_key)
+    check.attestations_checked = True
+    check.findings += attestations.check(bundle, manifest, key, f"key {policy.attest_key}")
 
 
 def _walk(bundle: Path, check: FileCheck) -> dict[str, os.stat_result]:

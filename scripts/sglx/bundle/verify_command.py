@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from sglx.bundle import layout
+from sglx.bundle.audit import AuditPolicy
 from sglx.bundle.delta import Bundle, chain_findings, describe, read_bundle
 from sglx.bundle.given import bundle_folder
 from sglx.bundle.image_archive import layer_findings
@@ -36,11 +37,12 @@ def verify_bundle(
     jobs: int,
     progress: Progress,
     parents: Sequence[Path] = (),
+    audit: AuditPolicy | None = None,
 ) -> Result:
     chain = [read_bundle(parent, "--with") for parent in parents]
     try:
         with bundle_folder(path, progress) as folder:
-            return _verify(folder, path, signature, scan, jobs, progress, chain)
+            return _verify(folder, path, signature, scan, jobs, progress, chain, audit)
     except SglxError as exc:
         if exc.code != "bundle_tar_unsafe":
             raise
@@ -56,6 +58,7 @@ def _verify(
     jobs: int,
     progress: Progress,
     chain: Sequence[Bundle] = (),
+    audit: AuditPolicy | None = None,
 ) -> Result:
     started = time.monotonic()
     check = check_files(folder, threads=jobs, progress=progress, signature=signature)
@@ -80,6 +83,12 @@ def _verify(
     elif scan and not findings and check.manifest is not None:
         findings += _scan(folder, check, jobs, progress)
         scan_status = "findings" if len(findings) else "ok"
+    audit_status, audit_line = "not asked (--audit-db DB)", ""
+    if audit is not None and manifest is not None and not check.findings:
+        audit_status, audit_line, more = _audit(folder, audit, progress)
+        findings += more
+    elif audit is not None:
+        audit_status = "not run: the files did not verify"
     chain_lines: list[str] = []
     if manifest is not None and chain:
         more, chain_lines = chain_findings(manifest, chain)
@@ -95,7 +104,10 @@ def _verify(
         "hash_bytes_per_second": round(rate),
         "signed": (folder / layout.SIGNATURE).is_file(),
         "signature_checked": check.signature_checked,
+        "attested": _attested(manifest),
+        "attestations_checked": check.attestations_checked,
         "scan": scan_status,
+        "audit": audit_status,
         **_delta_data(manifest),
     }
     rows = (
@@ -106,7 +118,13 @@ def _verify(
             "checked" if data["signature_checked"] else "not checked",
             "signed" if data["signed"] else "unsigned",
         ),
+        (
+            "attestations",
+            "checked" if check.attestations_checked else "not checked",
+            ", ".join(data["attested"]) or "none",
+        ),
         ("scan", scan_status, ""),
+        ("audit", audit_status, audit_line),
     )
     verdict = "bundle verified" if not findings else f"{len(findings)} problem(s) found"
     if manifest is not None and manifest.image.parent is not None:
@@ -132,6 +150,25 @@ def _verify(
         lines=(*chain_lines, verdict),
         findings=tuple(findings),
     )
+
+
+def _audit(folder: Path, policy: AuditPolicy, progress: Progress) -> tuple[str, str, list[Finding]]:
+    """The audit's status, its summary line and its findings (an advisory at or above the
+    policy's level, unsuppressed), for the verify report."""
+    from sglx.bundle.audit import audit_bundle
+
+    result = audit_bundle(folder, policy.db, policy.vex_files, policy.fail_on, progress)
+    level = f"fail on {policy.fail_on}" if policy.fail_on else "report only"
+    status = ("findings" if result.findings else "ok") + f" ({level})"
+    found = [Finding(f.code, f"audit: {f.message}", f.path, f.hint) for f in result.findings]
+    return status, result.lines[0] if result.lines else "", found
+
+
+def _attested(manifest: BundleManifest | None) -> list[str]:
+    """The attestations bundle.json lists, by path (sglx.bundle.attestations)."""
+    if manifest is None:
+        return []
+    return [e.path for e in manifest.files if e.path in layout.ATTESTATIONS]
 
 
 def _delta_data(manifest: BundleManifest | None) -> dict[str, Any]:

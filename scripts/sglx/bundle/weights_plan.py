@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sglx import image_labels
 from sglx.bundle import layout
 from sglx.bundle.delta import Bundle
 from sglx.bundle.manifest import (
@@ -31,10 +32,6 @@ from sglx.bundle.manifest import (
 from sglx.weights import store
 from sglx_core.errors import SglxError
 from sglx_core.profile import Profile
-from sglx_core.weights_store import OUTSIDE_LABEL
-
-DIGEST_LABEL = "io.sglx.weights.digest"
-NAME_LABEL = "io.sglx.model.name"
 
 
 @dataclass(frozen=True)
@@ -66,12 +63,13 @@ def plan_weights(
     parent: Bundle | None,
 ) -> WeightsPlan | None:
     labels = image.labels or {}
-    labelled = labels.get(DIGEST_LABEL)
-    outside = labels.get(OUTSIDE_LABEL) == "true"
+    labelled = labels.get(image_labels.WEIGHTS_DIGEST)
+    outside = labels.get(image_labels.WEIGHTS_OUTSIDE) == "true"
     if outside and labelled is None:
         raise SglxError(
-            f"image '{ref}' says its weights are outside it ({OUTSIDE_LABEL}) but names no "
-            f"weights digest ({DIGEST_LABEL})",
+            f"image '{ref}' says its weights are outside it ({image_labels.WEIGHTS_OUTSIDE}) "
+            "but names no "
+            f"weights digest ({image_labels.WEIGHTS_DIGEST})",
             hint="rebuild the image with `sglx image build`",
             code="usage",
         )
@@ -94,7 +92,7 @@ def plan_weights(
                 code="usage",
                 path=str(folder),
             )
-        name = labels.get(NAME_LABEL, "")
+        name = labels.get(image_labels.MODEL_NAME, "")
         name = name if WEIGHTS_NAME.fullmatch(name) else "model"
     if folder is None:
         return None
@@ -111,7 +109,7 @@ def plan_weights(
     if outside and labelled != digest:
         raise SglxError(
             f"--weights-outside {folder} holds the weights {digest}; image '{ref}' was built "
-            f"with {labelled} (its {DIGEST_LABEL} label), kept outside it",
+            f"with {labelled} (its {image_labels.WEIGHTS_DIGEST} label), kept outside it",
             hint="pass the converted weights the image was built with",
             code="usage",
             path=str(folder),

@@ -8,11 +8,16 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sglx.audit.report import LEVELS
 from sglx.cli_shared import EPILOG, MAX_WORKERS, Subparsers, workers
 from sglx.commands.scan import ScanInput, read_bundles_with
+from sglx_core.errors import SglxError
 from sglx_core.report import Result
+
+if TYPE_CHECKING:
+    from sglx.bundle.audit import AuditPolicy
 
 
 def register(
@@ -46,6 +51,13 @@ def register(
         "--chunk-size", default="1GiB", metavar="SIZE", help="image chunk size (default 1GiB)"
     )
     p.add_argument("--sign", type=Path, metavar="KEY", help="sign bundle.json with this ssh key")
+    p.add_argument(
+        "--attest-key",
+        type=Path,
+        metavar="KEY",
+        help="attest every file with this ECDSA P-256 key (PEM or OpenSSH): SLSA provenance and "
+        "the scan's result as Sigstore bundles, and an in-toto layout (docs/reference/trust.md)",
+    )
     p.add_argument("--tar", action="store_true", help="also write DIR.tar (uncompressed)")
     p.add_argument(
         "--wheelhouse",
@@ -110,6 +122,13 @@ def register(
     )
     signing.add_argument("--identity", metavar="ID", help="the signer identity to require")
     signing.add_argument(
+        "--attest-key",
+        type=Path,
+        metavar="PUB",
+        help="require attestations made with this public key (PEM or an OpenSSH line; "
+        "default: $SGLX_ATTEST_KEY, else /etc/sglx/attest.pub when present)",
+    )
+    signing.add_argument(
         "--require-signature", action="store_true", help="refuse an unsigned bundle"
     )
     signing.add_argument(
@@ -129,6 +148,27 @@ def register(
     )
     p.add_argument("bundle", type=Path, metavar="DIR", help="bundle folder, or its .tar")
     p.add_argument("--no-scan", action="store_true", help="skip the dependency scan")
+    p.add_argument(
+        "--audit-db",
+        type=Path,
+        metavar="PATH",
+        help="also audit the bundle's SBOM against this OSV database, offline (sglx bundle audit)",
+    )
+    p.add_argument(
+        "--audit-vex",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="the site's VEX statements for the audit (OpenVEX or CycloneDX VEX); repeatable",
+    )
+    p.add_argument(
+        "--audit-fail-on",
+        choices=LEVELS,
+        metavar="LEVEL",
+        help="make an unsuppressed advisory of this severity or above a finding (exit 1); "
+        "default: the audit is reported only",
+    )
     p.add_argument(
         "--with",
         dest="parents",
@@ -281,6 +321,7 @@ def _cmd_bundle_create(args: argparse.Namespace) -> Result:
         exclude_base=args.exclude_base,
         tuned=args.tuned,
         vex=args.vex,
+        attest_key=args.attest_key,
     )
     return create_bundle(
         load_profile(args.arch), options, Progress("bundle create", quiet=args.quiet)
@@ -294,12 +335,29 @@ def _cmd_bundle_verify(args: argparse.Namespace) -> Result:
 
     return verify_bundle(
         args.bundle,
-        signature=SignaturePolicy(args.allowed_signers, args.identity, args.require_signature),
+        signature=SignaturePolicy(
+            args.allowed_signers, args.identity, args.require_signature, args.attest_key
+        ),
         scan=not args.no_scan,
         jobs=_bundle_jobs(args),
         progress=Progress("bundle verify", quiet=args.quiet),
         parents=args.parents,
+        audit=_audit_policy(args),
     )
+
+
+def _audit_policy(args: argparse.Namespace) -> AuditPolicy | None:
+    from sglx.bundle.audit import AuditPolicy
+
+    if args.audit_db is None:
+        if args.audit_fail_on or args.audit_vex:
+            raise SglxError(
+                "--audit-fail-on and --audit-vex need --audit-db: the OSV database to audit with",
+                hint="pass --audit-db PATH (a folder of OSV advisories or OSV's all.zip exports)",
+                code="usage",
+            )
+        return None
+    return AuditPolicy(args.audit_db, tuple(args.audit_vex), args.audit_fail_on)
 
 
 def _cmd_bundle_audit(args: argparse.Namespace) -> Result:
@@ -328,7 +386,9 @@ def _cmd_bundle_install(args: argparse.Namespace) -> Result:
         venv=args.venv,
         weights_dir=args.weights_dir,
         full=args.full,
-        signature=SignaturePolicy(args.allowed_signers, args.identity, args.require_signature),
+        signature=SignaturePolicy(
+            args.allowed_signers, args.identity, args.require_signature, args.attest_key
+        ),
         jobs=_bundle_jobs(args),
         jit_root=args.jit_root,
         models_root=args.models_root,

@@ -184,16 +184,16 @@ def _cmd_scan(args: argparse.Namespace) -> Result:
 def _engine_sbom(ref: str) -> ImageSbom:
     from docker.errors import ImageNotFound
 
+    from sglx import image_labels
     from sglx.engine import docker_client
     from sglx.sbom import ImageSbom
-    from sglx.sbom.document import ARCH
 
     client = docker_client()
     try:
         labels = client.images.get(ref).labels or {}
     except ImageNotFound:  # the scan names the missing image, with its hint
         return ImageSbom(ref, "", {}, None)
-    return ImageSbom.of_engine_image(client, ref, _lock_of_arch(labels.get(ARCH)))
+    return ImageSbom.of_engine_image(client, ref, _lock_of_arch(labels.get(image_labels.ARCH)))
 
 
 def _lock(rules: Rules) -> Lock | None:

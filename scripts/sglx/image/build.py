@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sglx import __version__
+from sglx import __version__, image_labels
 from sglx.engine import docker_client, read_image_file
 from sglx.image import build_log, deps, payload, prune, weights_outside
 from sglx.image.render import dockerfile_path, render_deps_script, stale_files
@@ -44,7 +44,6 @@ from sglx_core.errors import SglxError
 from sglx_core.gate.golden import (
     BUILTIN_PROMPTS,
     GOLDEN_FILE,
-    GOLDEN_LABEL,
     Prompt,
     file_digest,
     load_golden,
@@ -53,7 +52,7 @@ from sglx_core.gate.golden import (
 from sglx_core.paths import source_root
 from sglx_core.profile import Profile
 from sglx_core.profile.loader import display_path
-from sglx_core.profile.resolved import PROFILE_DIGEST_LABEL, profile_digest, resolved_text
+from sglx_core.profile.resolved import profile_digest, resolved_text
 from sglx_core.report import Result, Table
 from sglx_core.util import scratch_dir
 from sglx_core.weights_store import OUTSIDE_LABEL
@@ -153,7 +152,7 @@ def build_image(
         _write_base_report(profile, base_ref, base_image.id, probe, facts, context)
         golden_digest = _write_golden(weights, golden, prompts, context, progress)
         labels = _labels(profile, lock.digest, len(lock.wheels), weights, base_ref, base_image)
-        labels[GOLDEN_LABEL] = golden_digest
+        labels[image_labels.GOLDEN_DIGEST] = golden_digest
         labels.update(base_facts.labels(facts))
         if vendor is not None:
             labels[f"io.sglx.vendor.{vendor.distribution}"] = vendor.found or "none"
@@ -457,22 +456,22 @@ def _labels(
     profile: Profile, lock_digest: str, wheels: int, model: Model, base_ref: str, base_image: Any
 ) -> dict[str, str]:
     return {
-        "org.opencontainers.image.created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "org.opencontainers.image.version": __version__,
-        "org.opencontainers.image.revision": _revision(),
+        image_labels.CREATED: dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        image_labels.VERSION: __version__,
+        image_labels.REVISION: _revision(),
         "org.opencontainers.image.source": "sglx",
         "org.opencontainers.image.vendor": "sglx",
         "org.opencontainers.image.licenses": "Apache-2.0",
-        "org.opencontainers.image.base.name": base_ref,
-        "org.opencontainers.image.base.digest": base_image.id,
-        "io.sglx.arch": profile.arch,
-        "io.sglx.sglang.version": profile.sglang.version,
-        "io.sglx.lock.digest": lock_digest,
-        "io.sglx.lock.wheels": str(wheels),
-        "io.sglx.weights.digest": model.digest,
-        "io.sglx.model.name": model.name,
-        "io.sglx.model.demo": "true" if model.demo else "false",
-        PROFILE_DIGEST_LABEL: profile_digest(profile),
+        image_labels.BASE_NAME: base_ref,
+        image_labels.BASE_DIGEST: base_image.id,
+        image_labels.ARCH: profile.arch,
+        image_labels.SGLANG_VERSION: profile.sglang.version,
+        image_labels.LOCK_DIGEST: lock_digest,
+        image_labels.LOCK_WHEELS: str(wheels),
+        image_labels.WEIGHTS_DIGEST: model.digest,
+        image_labels.MODEL_NAME: model.name,
+        image_labels.MODEL_DEMO: "true" if model.demo else "false",
+        image_labels.PROFILE_DIGEST: profile_digest(profile),
     }
 
 

@@ -30,6 +30,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
+from sglx import image_labels
 from sglx.engine import docker_client, read_image_file
 from sglx.image.deps import DEPS_REPO
 from sglx.image.render import MODEL_DIR
@@ -37,15 +38,10 @@ from sglx.progress import Progress
 from sglx_core.profile.loader import profile_path
 from sglx_core.report import Finding, Result, Table
 from sglx_core.weights_manifest import MANIFEST_NAME
-from sglx_core.weights_store import OUTSIDE_LABEL
 
-STAGE_LABEL = "io.sglx.stage"
-ARCH_LABEL = "io.sglx.arch"
 DEPS_STAGE = "deps"
 # Set by `sglx image build` on the serving image only (the classic builder puts build labels
 # on the last stage), so an image with it is a serving image, never a base or a deps stage.
-LOCK_LABEL = "io.sglx.lock.digest"
-WEIGHTS_LABEL = "io.sglx.weights.digest"
 WHEELHOUSE_REPO = "sglx/wheelhouse"  # builds before deps.py only
 WEIGHTS_REPO = "sglx/weights"
 NO_TAG = "<none>:<none>"
@@ -157,8 +153,8 @@ def deps_images(engine: Engine, arch: str | None) -> list[Leftover]:
             if {tag.rpartition(":")[0] for tag in tags} != {DEPS_REPO}:
                 continue
             owner: str | None = tags[0].rpartition(":")[2].rpartition("-")[0]
-        elif labels.get(STAGE_LABEL) == DEPS_STAGE and engine.is_head(image_id):
-            owner = labels.get(ARCH_LABEL)
+        elif labels.get(image_labels.STAGE) == DEPS_STAGE and engine.is_head(image_id):
+            owner = labels.get(image_labels.ARCH)
         else:
             continue
         if arch is not None and owner != arch:
@@ -175,14 +171,14 @@ def old_images(engine: Engine, arch: str | None) -> list[Leftover]:
     found = []
     for image_id, summary in engine.images.items():
         labels = engine.labels(image_id)
-        if LOCK_LABEL not in labels or STAGE_LABEL in labels or engine.tags(image_id):
+        built = image_labels.LOCK_DIGEST in labels and image_labels.STAGE not in labels
+        if not built or engine.tags(image_id):
             continue
-        if arch is not None and labels.get(ARCH_LABEL) != arch:
+        if arch is not None and labels.get(image_labels.ARCH) != arch:
             continue
         if engine.is_head(image_id) and image_id not in engine.protected:
-            found.append(
-                Leftover(image_id, OLD_IMAGE_KIND, labels.get(ARCH_LABEL), (), _created(summary))
-            )
+            arch_of = labels.get(image_labels.ARCH)
+            found.append(Leftover(image_id, OLD_IMAGE_KIND, arch_of, (), _created(summary)))
     return found
 
 
@@ -191,11 +187,13 @@ def backing_tags(engine: Engine) -> set[str]:
     tags = set()
     for image_id in engine.images:
         labels = engine.labels(image_id)
-        if not engine.tags(image_id) or LOCK_LABEL not in labels:
+        if not engine.tags(image_id) or image_labels.LOCK_DIGEST not in labels:
             continue
-        if WEIGHTS_LABEL in labels:
-            outside = "-outside" if labels.get(OUTSIDE_LABEL) == "true" else ""
-            tags.add(f"{WEIGHTS_REPO}:{labels[WEIGHTS_LABEL].partition(':')[2][:16]}{outside}")
+        if image_labels.WEIGHTS_DIGEST in labels:
+            outside = "-outside" if labels.get(image_labels.WEIGHTS_OUTSIDE) == "true" else ""
+            tags.add(
+                f"{WEIGHTS_REPO}:{labels[image_labels.WEIGHTS_DIGEST].partition(':')[2][:16]}{outside}"
+            )
     return tags
 
 

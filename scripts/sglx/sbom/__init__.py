@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from sglx import image_labels
 from sglx.sbom.contents import DPKG_STATUS, MAX_STATUS_BYTES, ImageContents, read_contents
-from sglx.sbom.document import BASE_DIGEST, LOCK_DIGEST, Subject, build_bom, to_json
+from sglx.sbom.document import Subject, build_bom, to_json
 from sglx.scan.analysis import ScanReport
 from sglx.wheels.lockfile import Lock, canonical
 from sglx_core.rootfs import RootFS
@@ -25,7 +26,7 @@ class ImageSbom:
         base_packages: frozenset[tuple[str, str]] | None = None,
     ) -> None:
         hashes = {}
-        if lock is not None and lock.digest == labels.get(LOCK_DIGEST):
+        if lock is not None and lock.digest == labels.get(image_labels.LOCK_DIGEST):
             hashes = {(canonical(w.name), w.version): w.sha256 for w in lock.wheels}
         self.subject = Subject(ref, image_id, labels, hashes, base_packages)
         self.contents: ImageContents | None = None
@@ -36,7 +37,7 @@ class ImageSbom:
         where the engine still has the base."""
         image = client.images.get(ref)
         labels = dict(image.labels or {})
-        base = _base_packages(client, labels.get(BASE_DIGEST, ""))
+        base = _base_packages(client, labels.get(image_labels.BASE_DIGEST, ""))
         return cls(ref, image.id, labels, lock, base)
 
     def __call__(self, rootfs: RootFS, report: ScanReport) -> None:

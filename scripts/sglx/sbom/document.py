@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sglx import image_labels
 from sglx.sbom.contents import ImageContents, PythonDistribution
 from sglx_core.untrusted import parse_json
 
@@ -30,14 +31,6 @@ MEDIA_TYPE = "application/vnd.cyclonedx+json"
 SBOM_NAME = "sbom.cdx.json"
 NO_CODE = "none: its RECORD lists no file outside its .dist-info"
 # The image labels the BOM reads (sglx.image.build writes them).
-BASE_NAME = "org.opencontainers.image.base.name"
-BASE_DIGEST = "org.opencontainers.image.base.digest"
-SGLX_VERSION = "org.opencontainers.image.version"
-MODEL_NAME = "io.sglx.model.name"
-WEIGHTS_DIGEST = "io.sglx.weights.digest"
-LOCK_DIGEST = "io.sglx.lock.digest"
-TRITON_CACHE = "io.sglx.triton-cache"
-ARCH = "io.sglx.arch"
 
 
 @dataclass(frozen=True)
@@ -74,17 +67,17 @@ def build_bom(subject: Subject, contents: ImageContents) -> Any:
         bom_ref=f"image:{subject.image_id}",
         hashes=sha256(subject.image_id),
         properties=props(
-            arch=labels.get(ARCH, ""),
-            sglx_version=labels.get(SGLX_VERSION, ""),
-            lock_digest=labels.get(LOCK_DIGEST, ""),
+            arch=labels.get(image_labels.ARCH, ""),
+            sglx_version=labels.get(image_labels.VERSION, ""),
+            lock_digest=labels.get(image_labels.LOCK_DIGEST, ""),
         ),
     )
     bom.metadata.component = image
     top: list[Component] = []
-    base_digest = labels.get(BASE_DIGEST, "")
+    base_digest = labels.get(image_labels.BASE_DIGEST, "")
     if base_digest:
         base = Component(
-            name=labels.get(BASE_NAME) or base_digest,
+            name=labels.get(image_labels.BASE_NAME) or base_digest,
             version=base_digest,
             type=ComponentType.CONTAINER,
             bom_ref=f"base:{base_digest}",
@@ -144,11 +137,11 @@ def build_bom(subject: Subject, contents: ImageContents) -> Any:
         )
         for item in contents.loose_elf
     ]
-    model_digest = labels.get(WEIGHTS_DIGEST, "")
+    model_digest = labels.get(image_labels.WEIGHTS_DIGEST, "")
     if model_digest:
         top.append(
             Component(
-                name=labels.get(MODEL_NAME) or "weights",
+                name=labels.get(image_labels.MODEL_NAME) or "weights",
                 version=model_digest,
                 type=ComponentType.MACHINE_LEARNING_MODEL,
                 bom_ref=f"model:{model_digest}",
@@ -166,13 +159,13 @@ def build_bom(subject: Subject, contents: ImageContents) -> Any:
                 properties=props(read_from="os-release"),
             )
         )
-    if labels.get(TRITON_CACHE):
+    if labels.get(image_labels.TRITON_CACHE):
         top.append(
             Component(
                 name="prebuilt Triton cache",
                 type=ComponentType.DATA,
                 bom_ref="data:triton-cache",
-                properties=props(key=labels[TRITON_CACHE]),
+                properties=props(key=labels[image_labels.TRITON_CACHE]),
             )
         )
     for component in [*top, *debian.values(), *python.values(), *loose]:
