@@ -266,3 +266,67 @@ def test_another_key_no_attestations_and_a_bad_key_are_each_refused(
     code, out, _ = sglx("bundle", "install", "--no-scan", str(plain), "--state",
                         str(tmp_path / "state"), "-q")  # fmt: skip
     assert code == 1 and "nothing was installed" in out
+
+
+@pytest.fixture(scope="module")
+def signed_weights(tmp_path_factory: pytest.TempPathFactory, keys: dict[str, Path]) -> Path:
+    """The demo model converted and signed (OMS, `sglx weights sign`) with the site's key."""
+    from sglx.cli import main
+
+    folder = tmp_path_factory.mktemp("weights")
+    assert main(["model", "demo", str(folder / "demo"), "-q"]) == 0
+    assert main(["weights", "convert", str(folder / "demo"), str(folder / "demo-cpu"), "-q"]) == 0
+    assert (
+        main(["weights", "sign", str(folder / "demo-cpu"), "--key", str(keys["site"]), "-q"]) == 0
+    )
+    return folder / "demo-cpu"
+
+
+def test_signed_weights_travel_in_the_bundle_and_only_signed_ones_are_admitted(
+    docker: Any, run_id: str, keys: dict[str, Path], signed_weights: Path, sglx: CliRunner,
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    tag = f"sglx-test/bundle-weights-signed:{run_id}"
+    image_id = import_tiny_image(docker, tag, blob_bytes=1000)
+    unsigned_weights = tmp_path / "weights-unsigned" / "demo-cpu"
+    shutil.copytree(signed_weights, unsigned_weights)
+    (unsigned_weights / "sglx-weights.sig").unlink()
+    try:
+        for name, weights in (("signed", signed_weights), ("unsigned", unsigned_weights)):
+            code, _, err = sglx("bundle", "create", "--arch", "cpu", "--image", tag, "--out",
+                                str(tmp_path / name), "--chunk-size", CHUNK, "--no-scan",
+                                "--weights-outside", str(weights), "-q")  # fmt: skip
+            assert code == 0, err
+    finally:
+        remove_image(docker, tag)
+    listed = json.loads((tmp_path / "signed" / "bundle.json").read_text())["files"]
+    assert "weights/demo-cpu/sglx-weights.sig" in {f["path"] for f in listed}
+
+    def install(bundle: str, signer: str, into: str) -> tuple[int, str]:
+        code, out, err = sglx("bundle", "install", "--no-scan", str(tmp_path / bundle),
+                              "--state", str(tmp_path / f"state-{into}"), "--weights-dir",
+                              str(tmp_path / into),
+                              "--weights-signer", str(keys[signer]))  # fmt: skip
+        return code, out + err
+
+    try:
+        for bundle, signer, said in (
+            ("signed", "other.pem", "not admitted to the store: this site requires them signed"),
+            ("unsigned", "site.pem", "carries no sglx-weights.sig"),
+        ):
+            code, out = install(bundle, signer, f"refused-{bundle}")
+            assert code == 2 and said in out and "nothing was written" in out, out
+            assert "Traceback" not in out and not (tmp_path / f"refused-{bundle}").exists()
+            assert image_id not in [i.id for i in docker.images.list(all=True)]
+        code, out = install("signed", "site.pem", "placed")
+        assert code == 0, out
+        placed = tmp_path / "placed" / "demo-cpu"
+        tool = Path(sys.executable).with_name("model_signing")  # the reviewer's own verifier
+        check = subprocess.run(
+            [str(tool), "verify", "key", "--signature", str(placed / "sglx-weights.sig"),
+             "--public_key", str(keys["site.pem"]), str(placed)],
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        assert check.returncode == 0, check.stdout + check.stderr
+    finally:
+        remove_image(docker, image_id)

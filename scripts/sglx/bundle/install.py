@@ -37,8 +37,10 @@ from sglx.bundle.image_archive import layer_findings
 from sglx.bundle.manifest import BundleManifest, parse, sha256_bytes
 from sglx.bundle.record import InstallRecord
 from sglx.bundle.scan_report import not_scanned, report_findings
+from sglx.bundle.signing import site_weights_signer
 from sglx.bundle.verify import SignaturePolicy, check_files, read_manifest_bytes
 from sglx.bundle.weights_store import (
+    admit,
     carried_digest,
     models_root,
     place_in_store,
@@ -74,6 +76,9 @@ class InstallOptions:
     replace_weights: bool = False
     # Install a bundle that carries no scan report (or one with findings) without a finding.
     no_scan: bool = False
+    # The key the weights must be signed with (OMS); None = $SGLX_WEIGHTS_SIGNER, else the
+    # site's file (sglx.bundle.signing.site_weights_signer), else no signature asked.
+    weights_signer: Path | None = None
 
 
 @dataclass
@@ -263,6 +268,11 @@ def _plan(
             store_root, manifest, options.jobs, replace=options.replace_weights
         )
         weights_done = store_problem is None
+    signer = options.weights_signer or site_weights_signer()
+    if signer is not None and target is not None and manifest.weights is not None:
+        weights = manifest.weights
+        source = bundle / weights.path if weights.carried and weights.path else target
+        admit(source, manifest, signer)
     needs: dict[Path, int] = {options.state: STATE_MARGIN}
     if not has_image:
         root = Path(str(client.info().get("DockerRootDir") or ""))

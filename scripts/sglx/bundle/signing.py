@@ -26,6 +26,8 @@ SITE_ALLOWED_SIGNERS = Path("/etc/sglx/allowed_signers")
 SITE_ALLOWED_SIGNERS_ENV = "SGLX_ALLOWED_SIGNERS"
 SITE_ATTEST_KEY = Path("/etc/sglx/attest.pub")
 SITE_ATTEST_KEY_ENV = "SGLX_ATTEST_KEY"
+SITE_WEIGHTS_SIGNER = Path("/etc/sglx/weights_signer.pub")
+SITE_WEIGHTS_SIGNER_ENV = "SGLX_WEIGHTS_SIGNER"
 
 
 def site_allowed_signers(environ: Mapping[str, str] = os.environ) -> Path | None:
@@ -40,6 +42,13 @@ def site_attest_key(environ: Mapping[str, str] = os.environ) -> Path | None:
     way the allowed-signers file is: when it is configured, every bundle must carry
     attestations it verifies (sglx.bundle.attestations)."""
     return _site_file(SITE_ATTEST_KEY_ENV, SITE_ATTEST_KEY, environ)
+
+
+def site_weights_signer(environ: Mapping[str, str] = os.environ) -> Path | None:
+    """The public key the site's weights must be signed with ($SGLX_WEIGHTS_SIGNER, else
+    SITE_WEIGHTS_SIGNER): when it is configured, install admits weights into the store only
+    with a valid OMS signature by it (sglx.bundle.weights_store.admit)."""
+    return _site_file(SITE_WEIGHTS_SIGNER_ENV, SITE_WEIGHTS_SIGNER, environ)
 
 
 def _site_file(variable: str, default: Path, environ: Mapping[str, str]) -> Path | None:

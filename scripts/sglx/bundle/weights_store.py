@@ -110,6 +110,27 @@ def store_entry(
     return entry, problem
 
 
+def admit(folder: Path, manifest: BundleManifest, signer: Path) -> None:
+    """Refuse weights that `signer` (the site's weights signer) did not sign: `folder` holds
+    them (the bundle's weights/NAME, or the store entry a delta takes them from), and its OMS
+    signature (sglx-weights.sig, carried with them) must verify against the key."""
+    from sglx.weights.signature import signature_findings
+
+    weights = manifest.weights
+    assert weights is not None
+    findings = signature_findings(folder, signer)
+    if findings:
+        raise SglxError(
+            f"the weights {weights.digest} are not admitted to the store: this site requires "
+            f"them signed by {signer}, and {findings[0].message}; nothing was written",
+            hint="ask the source side to sign the converted weights (`sglx weights sign DST "
+            "--key KEY`) before `sglx image build` and `bundle create`, or check the site's "
+            "--weights-signer / $SGLX_WEIGHTS_SIGNER",
+            code="weights_unsigned",
+            path=str(folder),
+        )
+
+
 def place_in_store(
     bundle: Path,
     manifest: BundleManifest,

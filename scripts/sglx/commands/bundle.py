@@ -223,6 +223,13 @@ def register(
         "bytes are checked first",
     )
     p.add_argument(
+        "--weights-signer",
+        type=Path,
+        metavar="PUB",
+        help="admit weights into the store only with a valid OMS signature by this key (PEM); "
+        "default: $SGLX_WEIGHTS_SIGNER, else /etc/sglx/weights_signer.pub when present",
+    )
+    p.add_argument(
         "--no-scan",
         action="store_true",
         help="install a bundle that carries no scan report (made with --no-scan), or one whose "
@@ -394,5 +401,6 @@ def _cmd_bundle_install(args: argparse.Namespace) -> Result:
         models_root=args.models_root,
         replace_weights=args.replace_weights,
         no_scan=args.no_scan,
+        weights_signer=args.weights_signer,
     )
     return install_bundle(args.bundle, options, Progress("bundle install", quiet=args.quiet))

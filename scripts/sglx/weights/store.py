@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sglx.progress import Progress
+from sglx.weights.signature import SIGNATURE_NAME
 from sglx_core.errors import SglxError
 from sglx_core.util import sha256_file
 from sglx_core.weights_manifest import MANIFEST_NAME, manifest_digest, read_manifest
@@ -59,11 +60,14 @@ def entry(store_root: Path, digest: str) -> Path:
 
 def folder_files(folder: Path) -> list[StoredFile]:
     """The files of a converted model folder as its manifest lists them, plus the manifest
-    itself (hashed here): what an entry of these weights holds."""
+    itself and, when the weights were signed (`sglx weights sign`), their OMS signature (both
+    hashed here): what an entry of these weights holds, so the signature travels with them."""
     manifest = read_manifest(folder)
     files = [StoredFile(f.name, f.size, f.sha256) for f in manifest.files]
-    raw = folder / MANIFEST_NAME
-    files.append(StoredFile(MANIFEST_NAME, raw.stat().st_size, sha256_file(raw)))
+    for name in (MANIFEST_NAME, SIGNATURE_NAME):
+        path = folder / name
+        if name == MANIFEST_NAME or (path.is_file() and not path.is_symlink()):
+            files.append(StoredFile(name, path.stat().st_size, sha256_file(path)))
     return files
 
 
