@@ -33,6 +33,7 @@ OPTIONAL_MODULES: dict[str, tuple[str, str]] = {
     "securesystemslib": ("securesystemslib", "host"),
     "semver": ("semver", "host"),
     "sigstore_models": ("sigstore-models", "host"),
+    "spdx_tools": ("spdx-tools", "host"),
 }
 
 

@@ -579,6 +579,11 @@ def test_create_scans_the_image_it_wrote_and_keeps_the_report(
     assert (subject["name"], subject["type"]) == (tag, "container")
     code, inspected = sglx_json("bundle", "inspect", str(out))
     assert code == 0 and inspected["data"]["sbom"]["path"] == "meta/sbom.cdx.json", inspected
+    # ... and writes it as SPDX 2.3 for a site that reads SPDX.
+    spdx = tmp_path / "sbom.spdx.json"
+    code, written = sglx_json("bundle", "sbom", str(out), "--format", "spdx", "--out", str(spdx))
+    assert (code, written["data"]["format"]) == (0, "spdx"), written
+    assert json.loads(spdx.read_text())["spdxVersion"] == "SPDX-2.3"
     # The audit reads that SBOM and the carried VEX, offline, against a database given here.
     db = tmp_path / "osv"
     db.mkdir()

@@ -15,6 +15,7 @@ import io
 import json
 import re
 import subprocess
+import sys
 import tarfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -132,6 +133,16 @@ def test_the_sbom_lists_what_the_image_holds(
     lock = load_lock(load_profile("cpu"))
     # every locked wheel, by the hash the lock pins, and nothing else
     assert hashed == {(canonical(w.name), w.version): w.sha256 for w in lock.wheels}
+    # The same SBOM as SPDX 2.3 (`bundle sbom --format spdx`), valid by the SPDX project's own
+    # tool, one package per component besides the image.
+    from sglx.sbom.spdx import from_cyclonedx
+
+    spdx = Path(cpu_bundle_scan["data"]["sbom"]["path"]).with_suffix(".spdx.json")
+    spdx.write_text(from_cyclonedx(text, where="sbom"))
+    checked = subprocess.run([str(Path(sys.executable).with_name("pyspdxtools")), "-i", str(spdx)],
+                             capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert len(json.loads(spdx.read_text())["packages"]) == len(components) + 1
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +17,7 @@ import pytest
 from sglx.sbom import ImageSbom
 from sglx.sbom.contents import MAX_METADATA_BYTES, MAX_SEARCH_DEPTH, read_contents
 from sglx.sbom.document import summary, validation_error
+from sglx.sbom.spdx import from_cyclonedx
 from sglx.scan.analysis import ScanReport, Target
 from sglx.wheels.lockfile import Lock, Wheel
 from sglx_core.errors import SglxError
@@ -178,6 +181,48 @@ def test_the_bom_validates_and_names_every_component_with_its_origin(image_root:
         "base": f"sglx/base-cpu:bookworm (sha256:{'cd' * 32})",
         "model": f"demo ({LABELS['io.sglx.weights.digest']})",
     }
+
+
+def test_the_spdx_form_says_the_same_and_the_spdx_tool_accepts_it(
+    image_root: Path, tmp_path: Path
+) -> None:
+    """`bundle sbom --format spdx`: one SPDX 2.3 package per component, with its purl and
+    SHA-256, the image CONTAINS each, Requires-Dist and Depends as DEPENDS_ON; valid by the SPDX
+    project's own `pyspdxtools`."""
+    lock = Lock(
+        "cpu", "", {}, (Wheel("dep-pkg", "2.0", "12" * 32, "dep_pkg-2.0-py3-none-any.whl"),)
+    )
+    cyclonedx = _bom(image_root, lock, lock.digest)
+    out = tmp_path / "sbom.spdx.json"
+    out.write_text(from_cyclonedx(json.dumps(cyclonedx), where="sbom"))
+    tool = Path(sys.executable).with_name("pyspdxtools")
+    checked = subprocess.run([str(tool), "-i", str(out)], capture_output=True, text=True,
+                             timeout=120, check=False)  # fmt: skip
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    document = json.loads(out.read_text())
+    assert document["spdxVersion"] == "SPDX-2.3"
+    packages = {p["name"]: p for p in document["packages"]}
+    assert len(packages) == len(cyclonedx["components"]) + 1
+    image = packages["sglx/cpu:test"]
+    assert image["primaryPackagePurpose"] == "CONTAINER"
+    dep = packages["dep_pkg"]  # as its METADATA spells it
+    assert dep["externalRefs"] == [{"referenceCategory": "PACKAGE_MANAGER",
+                                    "referenceLocator": "pkg:pypi/dep-pkg@2.0",
+                                    "referenceType": "purl"}]  # fmt: skip
+    assert dep["checksums"] == [{"algorithm": "SHA256", "checksumValue": "12" * 32}]
+    assert packages["/opt/vendor/lib/libvendor.so"]["primaryPackagePurpose"] == "FILE"
+    assert packages["demo"]["primaryPackagePurpose"] == "OTHER"
+    ids = {p["SPDXID"]: p["name"] for p in document["packages"]}
+    edges = {(ids.get(r["spdxElementId"], r["spdxElementId"]), r["relationshipType"],
+              ids[r["relatedSpdxElement"]]) for r in document["relationships"]}  # fmt: skip
+    assert ("SPDXRef-DOCUMENT", "DESCRIBES", "sglx/cpu:test") in edges
+    assert ("demo-app", "DEPENDS_ON", "dep_pkg") in edges
+    assert ("libfoo1", "DEPENDS_ON", "libc6") in edges
+    assert sum(1 for e in edges if e[1] == "CONTAINS") == len(cyclonedx["components"])
+    with pytest.raises(SglxError, match=r"not a CycloneDX document|names no image"):
+        from_cyclonedx('{"bomFormat": 3}', where="x")
+    with pytest.raises(SglxError, match="not a CycloneDX document"):
+        from_cyclonedx("[1, 2", where="x")
 
 
 def test_a_lock_of_another_image_gives_no_hashes(image_root: Path) -> None:

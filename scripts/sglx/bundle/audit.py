@@ -12,7 +12,7 @@ from pathlib import Path
 from sglx.audit import vex
 from sglx.audit.report import audit
 from sglx.bundle import layout
-from sglx.bundle.delta import read_bundle
+from sglx.bundle.delta import Bundle, read_bundle
 from sglx.progress import Progress
 from sglx_core.errors import SglxError
 from sglx_core.report import Result
@@ -31,10 +31,10 @@ class AuditPolicy:
     fail_on: str | None = None
 
 
-def audit_bundle(
-    path: Path, db: Path, vex_files: Sequence[Path], fail_on: str | None, progress: Progress
-) -> Result:
-    bundle = read_bundle(path, "audit")
+def bundle_sbom(path: Path, what: str) -> tuple[Bundle, bytes]:
+    """The bundle and its SBOM's bytes, checked against bundle.json before anything
+    reads them (`what` names the command in an error)."""
+    bundle = read_bundle(path, what)
     entries = {entry.path: entry for entry in bundle.manifest.files}
     if layout.SBOM not in entries:
         raise SglxError(
@@ -43,14 +43,23 @@ def audit_bundle(
             hint=REMAKE,
             code="usage",
         )
-    sbom = _checked(bundle.folder, layout.SBOM, entries[layout.SBOM].sha256, layout.MAX_SBOM_BYTES)
+    raw = _checked(bundle.folder, layout.SBOM, entries[layout.SBOM].sha256, layout.MAX_SBOM_BYTES)
+    return bundle, raw
+
+
+def audit_bundle(
+    path: Path, db: Path, vex_files: Sequence[Path], fail_on: str | None, progress: Progress
+) -> Result:
+    bundle, sbom = bundle_sbom(path, "audit")
+    folder = bundle.folder
+    entries = {entry.path: entry for entry in bundle.manifest.files}
     statements = []
     if layout.VEX in entries:
-        _checked(bundle.folder, layout.VEX, entries[layout.VEX].sha256, vex.MAX_VEX_BYTES)
-        statements += vex.read(bundle.folder / layout.VEX)
+        _checked(folder, layout.VEX, entries[layout.VEX].sha256, vex.MAX_VEX_BYTES)
+        statements += vex.read(folder / layout.VEX)
     for file in vex_files:
         statements += vex.read(file)
-    return audit(sbom.decode("utf-8", "replace"), str(bundle.folder / layout.SBOM), db,
+    return audit(sbom.decode("utf-8", "replace"), str(folder / layout.SBOM), db,
                  statements, fail_on, progress)  # fmt: skip
 
 

@@ -277,6 +277,21 @@ def register(
     p.set_defaults(func=_cmd_bundle_audit)
 
     p = verbs.add_parser(
+        "sbom",
+        parents=[common],
+        help="write the bundle's SBOM, as CycloneDX 1.6 or SPDX 2.3 JSON",
+        description="Reads the bundle's SBOM (meta/sbom.cdx.json, checked against bundle.json) "
+        "and writes it as it is (--format cyclonedx) or converted to SPDX 2.3 with the SPDX "
+        "project's spdx-tools, validated (--format spdx). Reference: docs/reference/scan.md.",
+    )
+    p.add_argument("bundle", type=Path, metavar="DIR", help="bundle folder or its bundle.json")
+    p.add_argument("--format", choices=("cyclonedx", "spdx"), default="cyclonedx")
+    p.add_argument(
+        "--out", type=Path, required=True, metavar="FILE", help="where to write it (not '-')"
+    )
+    p.set_defaults(func=_cmd_bundle_sbom)
+
+    p = verbs.add_parser(
         "inspect",
         parents=[common],
         help="show a bundle's image layers: sizes, carried or taken from the parent or base",
@@ -373,6 +388,12 @@ def _cmd_bundle_audit(args: argparse.Namespace) -> Result:
 
     return audit_bundle(args.bundle, args.db, args.vex, args.fail_on,
                         Progress("bundle audit", quiet=args.quiet))  # fmt: skip
+
+
+def _cmd_bundle_sbom(args: argparse.Namespace) -> Result:
+    from sglx.bundle.sbom_export import export_sbom
+
+    return export_sbom(args.bundle, args.format, args.out)
 
 
 def _cmd_bundle_inspect(args: argparse.Namespace) -> Result:
