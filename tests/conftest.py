@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -26,6 +29,10 @@ pytest_plugins = ["helpers.engine_fixtures", "helpers.worker_schedule"]
 kunlun_vendor.install()
 
 
+# The session's temporary folder (pytest_sessionstart), removed at its end.
+_PRIVATE_TMP: list[str] = []
+
+
 @pytest.fixture(scope="session")
 def repo() -> Path:
     return REPO
@@ -39,6 +46,16 @@ def run_id(testrun_uid: str) -> str:
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
+    """Every temporary file of the session goes to a folder of its own, removed when it ends:
+    tempfile's (the plugin's records, sglx's scratch folders) and, through TMPDIR, its
+    children's (the ZMQ sockets and files a host-run sglang leaves), so a run leaves nothing in
+    /tmp. pytest's own folders stay where they were (its base is taken first). The name is
+    short: a UNIX socket's path under it must stay within 107 bytes."""
+    session.config._tmp_path_factory.getbasetemp()  # type: ignore[attr-defined]
+    folder = tempfile.mkdtemp(prefix="sglx-t-", dir="/tmp")
+    Path(folder).chmod(0o1777)  # as /tmp: tests run children as other users too
+    _PRIVATE_TMP.append(folder)
+    os.environ["TMPDIR"] = tempfile.tempdir = folder
     child_env.freeze(session.config)
 
 
@@ -65,8 +82,11 @@ def _closed_cpu_use() -> list[str]:
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    """The process that started the run removes what its workers built (run_shared.py)."""
+    """The process that started the run removes what its workers built (run_shared.py), and
+    each process its own temporary folder."""
     clean_up(session.config)
+    for folder in _PRIVATE_TMP:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)

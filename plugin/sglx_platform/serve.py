@@ -26,6 +26,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -44,8 +45,7 @@ from sglx_platform import (
 )
 from sglx_platform.image_profile import baked_profile
 
-# Where sglx-serve leaves the port it started the server on, for the healthcheck.
-STATE = Path("/tmp/sglx-serve.json")
+STATE_NAME = "sglx-serve.json"
 MODEL_ENV = "SGLX_MODEL"
 # The name the image was built with (`sglx image build` writes it; "demo" for the demo model).
 NAME_FILE = Path("/etc/sglx/model-name")
@@ -124,7 +124,9 @@ def main(argv: list[str] | None = None) -> int:
     if mode == "first" and (code := _preflight(argv)) != 0:
         _say(f"preflight failed (exit {code}); not starting the server")
         return code
-    STATE.write_text(json.dumps({"port": _last_value(argv, "--port"), "serving_profile": selected}))
+    state_file().write_text(
+        json.dumps({"port": _last_value(argv, "--port"), "serving_profile": selected})
+    )
     started = time.time()
     server = subprocess.Popen(
         [sys.executable, "-m", SERVER_MODULE, *argv], process_group=0
@@ -295,10 +297,16 @@ def _last_value(argv: list[str], flag: str) -> str:
     return value
 
 
+def state_file() -> Path:
+    """Where sglx-serve leaves the port it started the server on, for the healthcheck: the
+    temporary folder of the process (the container's /tmp; the tests' own folder)."""
+    return Path(tempfile.gettempdir()) / STATE_NAME
+
+
 def healthcheck() -> int:
     """0 when the server's /health answers 200 (Docker HEALTHCHECK), else 1."""
     try:
-        port = json.loads(STATE.read_text())["port"]
+        port = json.loads(state_file().read_text())["port"]
     except (OSError, ValueError, KeyError):
         port = baked_profile().container.port
     try:

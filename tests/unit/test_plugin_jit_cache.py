@@ -117,7 +117,7 @@ def test_sglx_serve_exits_2_before_anything_starts(
     monkeypatch.setenv("SGLX_MODEL", str(model_configs.write_model(tmp_path / "m", "qwen2.5-0.5b")))
     monkeypatch.setattr(subprocess, "Popen", started)
     monkeypatch.setattr(serve, "_preflight", started)
-    monkeypatch.setattr(serve, "STATE", tmp_path / "sglx-serve.json")
+    monkeypatch.setattr(serve, "state_file", lambda: tmp_path / "sglx-serve.json")
     monkeypatch.setenv("SGLX_SERVING_PROFILE", "off")
     for name in ("SGLX_PREFLIGHT", "SGLX_SKIP_PREFLIGHT"):
         monkeypatch.delenv(name, raising=False)

@@ -389,7 +389,7 @@ def test_the_server_is_not_started_when_the_model_cannot_fit(
 
     monkeypatch.setattr(subprocess, "Popen", started)  # the module serve.py calls
     monkeypatch.setattr(serve, "_preflight", started)
-    monkeypatch.setattr(serve, "STATE", Path("/nonexistent/sglx-serve.json"))
+    monkeypatch.setattr(serve, "state_file", lambda: Path("/nonexistent/sglx-serve.json"))
     code, out, err = run(host, model, *args, env={"SGLX_PREFLIGHT": "first"})
     assert code == 2
     assert out == ""

@@ -29,7 +29,6 @@ from sglx_core.untrusted import parse_json
 
 LEVELS = ("low", "medium", "high", "critical")
 UNKNOWN_RANK = osv.RANKS["high"]
-NO_CODE_PREFIX = "none"  # sglx.sbom.document.NO_CODE's start: the property sglx writes
 SUPPRESSED = frozenset({NOT_AFFECTED, "fixed"})
 
 
@@ -79,6 +78,8 @@ def audit(
 
 
 def components_of(sbom: str, path: str) -> list[Matched]:
+    from sglx.sbom.document import NO_CODE  # not at import: the CLI reads LEVELS from here
+
     document = parse_json(sbom, path=Path(path), what="SBOM")
     if not isinstance(document, dict) or document.get("bomFormat") != "CycloneDX":
         raise SglxError(f"{path}: not a CycloneDX SBOM", hint="give the SBOM sglx wrote")
@@ -95,7 +96,7 @@ def components_of(sbom: str, path: str) -> list[Matched]:
         props = {p.get("name"): str(p.get("value", "")) for p in item.get("properties") or []
                  if isinstance(p, dict)}  # fmt: skip
         if purl.startswith("pkg:pypi/"):
-            no_code = props.get("sglx:code", "").startswith(NO_CODE_PREFIX)
+            no_code = props.get("sglx:code", "") == NO_CODE
             found.append(Matched(purl, name, version, "PyPI", name, version, no_code))
         elif purl.startswith("pkg:deb/debian/") and release:
             source, _, source_version = props.get("sglx:source", name).partition(" ")

@@ -20,8 +20,6 @@ from sglx.bundle.manifest import ImageRecord
 from sglx.progress import Progress
 from sglx.sbom import ImageSbom
 from sglx.scan.rules import Rules
-from sglx.wheels.lockfile import Lock
-from sglx_core.errors import SglxError
 from sglx_core.profile import Profile
 from sglx_core.report import Result
 from sglx_core.util import default_jobs
@@ -45,7 +43,7 @@ def scan_bundle_image(
     from sglx.scan.command import scan_archive, scan_image
 
     rules = Rules.from_profile(profile)
-    sbom = ImageSbom.of_engine_image(client, ref, current_lock(profile))
+    sbom = ImageSbom.of_engine_image(client, ref)
     if record.referenced():
         result = scan_image(ref, rules=rules, jobs=default_jobs(), progress=progress, inspect=sbom)
     else:
@@ -66,13 +64,3 @@ def scan_bundle_image(
     if text is not None:
         written.append(Written(layout.SBOM, text))
     return result, written
-
-
-def current_lock(profile: Profile) -> Lock | None:
-    """The arch's lock (the wheels' hashes), where it is at hand and current."""
-    from sglx.wheels.steps import load_lock
-
-    try:
-        return load_lock(profile)
-    except SglxError:
-        return None

@@ -182,36 +182,16 @@ def _cmd_scan(args: argparse.Namespace) -> Result:
 
 
 def _engine_sbom(ref: str) -> ImageSbom:
-    from docker.errors import ImageNotFound
-
-    from sglx import image_labels
     from sglx.engine import docker_client
     from sglx.sbom import ImageSbom
 
-    client = docker_client()
-    try:
-        labels = client.images.get(ref).labels or {}
-    except ImageNotFound:  # the scan names the missing image, with its hint
-        return ImageSbom(ref, "", {}, None)
-    return ImageSbom.of_engine_image(client, ref, _lock_of_arch(labels.get(image_labels.ARCH)))
+    return ImageSbom.of_engine_image(docker_client(), ref)
 
 
 def _lock(rules: Rules) -> Lock | None:
-    return _lock_of_arch(rules.arch)
+    from sglx.wheels.steps import lock_at_hand
 
-
-def _lock_of_arch(arch: str | None) -> Lock | None:
-    """The checkout's lock of `arch`, for the wheels' hashes (used only where its digest is
-    the image's lock label)."""
-    from sglx.wheels.lockfile import parse
-    from sglx.wheels.steps import lock_path
-
-    if not arch:
-        return None
-    try:
-        return parse(lock_path(arch))
-    except (SglxError, OSError):
-        return None
+    return lock_at_hand(rules.arch)
 
 
 def _with_sbom(result: Result, sbom: ImageSbom | None, path: Path | None) -> Result:

@@ -32,13 +32,22 @@ class ImageSbom:
         self.contents: ImageContents | None = None
 
     @classmethod
-    def of_engine_image(cls, client: Any, ref: str, lock: Lock | None) -> ImageSbom:
-        """For the image `ref` the engine holds: its id and labels, and its base's packages
-        where the engine still has the base."""
-        image = client.images.get(ref)
+    def of_engine_image(cls, client: Any, ref: str) -> ImageSbom:
+        """For the image `ref` the engine holds: its id and labels, the lock of the arch its
+        label names (the wheels' hashes, where it is the image's lock), and its base's
+        packages where the engine still has the base. An image the engine does not hold gives
+        an empty subject: the scan then names the missing image, with its hint."""
+        from docker.errors import ImageNotFound
+
+        from sglx.wheels.steps import lock_at_hand
+
+        try:
+            image = client.images.get(ref)
+        except ImageNotFound:
+            return cls(ref, "", {}, None)
         labels = dict(image.labels or {})
         base = _base_packages(client, labels.get(image_labels.BASE_DIGEST, ""))
-        return cls(ref, image.id, labels, lock, base)
+        return cls(ref, image.id, labels, lock_at_hand(labels.get(image_labels.ARCH)), base)
 
     def __call__(self, rootfs: RootFS, report: ScanReport) -> None:
         self.contents = read_contents(rootfs, report.elf_paths)

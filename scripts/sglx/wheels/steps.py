@@ -29,6 +29,18 @@ def default_wheelhouse(arch: str) -> Path:
     return Path(root) / arch if root else images_dir().parent / "wheelhouse" / arch
 
 
+def lock_at_hand(arch: str | None) -> lockfile.Lock | None:
+    """The checkout's lock of `arch` as it reads, or None (no arch, no lock, unreadable): for
+    the wheels' hashes in an SBOM, used only where its digest is the image's lock label, so a
+    stale lock does no harm."""
+    if not arch:
+        return None
+    try:
+        return lockfile.parse(lock_path(arch))
+    except (SglxError, OSError):
+        return None
+
+
 def load_lock(profile: Profile) -> lockfile.Lock:
     """The arch's lock, refused when stale or when it would replace the base's packages."""
     path = lock_path(profile.arch)
