@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from sglx.bundle.install import install_wheelhouse
+from sglx.bundle.wheelhouse_install import install_wheelhouse
 from sglx.progress import Progress
 from sglx_core.errors import SglxError
 

@@ -33,7 +33,7 @@ from ansible.plugins.filter.core import FilterModule as CoreFilters
 from helpers.bundles import hand_bundle
 
 from sglx.ansible_vars import render_vars
-from sglx.bundle import install, install_sh
+from sglx.bundle import install_sh, run_line
 from sglx.bundle.carried_spec import read_carried_spec
 from sglx.bundle.manifest import parse
 from sglx.run_spec import RunSpec, Site, docker_run_words, make_jit_folder, run_spec
@@ -295,7 +295,7 @@ def via_bundle_install(bundle: Path, monkeypatch: pytest.MonkeyPatch) -> dict[st
     monkeypatch.setattr(grp, "getgrnam", getgrnam)
     manifest = parse((bundle / "bundle.json").read_bytes(), "bundle.json")
     entry = Path(models_root()) / WEIGHTS_DIGEST.removeprefix("sha256:")
-    words, why_not, folder = install._docker_run(
+    words, why_not, folder = run_line.docker_run_line(
         read_carried_spec(bundle), manifest, entry, Path(jit_root()), Path(models_root())
     )
     assert words, why_not
@@ -351,7 +351,7 @@ def test_a_host_without_a_numeric_group_gets_no_line_and_the_reason(
 
     monkeypatch.setattr(grp, "getgrnam", getgrnam)
     manifest = parse((bundle / "bundle.json").read_bytes(), "bundle.json")
-    words, why_not, folder = install._docker_run(read_carried_spec(bundle), manifest, None)
+    words, why_not, folder = run_line.docker_run_line(read_carried_spec(bundle), manifest, None)
     assert words == [] and folder is None
     assert "has no such group" in why_not and "accel_host" in why_not
 

@@ -3,8 +3,9 @@
 The `docker save` stream of the image goes straight into hashed chunks (no full-size temporary
 file, memory bounded by one block); wheels, weights and the Ansible content (collected and
 checked before anything is written, by `ansible_content`) are hashed while they are copied; the
-scan report, versions and labels, `install.sh`, `bundle.json` and `SHA256SUMS` are written
-last, then the optional signature, then the staging folder is renamed to its final name. An
+scan report, versions and labels, `install.sh`, the attestations of every file (`--attest-key`:
+sglx.bundle.attestations), `bundle.json` and `SHA256SUMS` are written last, then the optional
+signature, then the staging folder is renamed to its final name. An
 interrupted create leaves only a hidden `.NAME.partial-*` folder, which the next create of the
 same name removes.
 
@@ -20,17 +21,16 @@ from __future__ import annotations
 import datetime as dt
 import json
 import shutil
-import tarfile
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from sglx import __version__, image_labels
 from sglx.base_archive import check_reference
 from sglx.bundle import ansible_content, install_sh, layout
+from sglx.bundle.bundle_tar import write_tar
 from sglx.bundle.chunks import ChunkWriter
 from sglx.bundle.delta import Bundle, read_bundle, shared
 from sglx.bundle.hashed_files import copy_hashed, require_space, write_hashed
@@ -50,6 +50,8 @@ from sglx.bundle.manifest import (
 )
 from sglx.bundle.save_stream import SaveFilter
 from sglx.bundle.signing import check_key, sign
+from sglx.bundle.tuned_files import copy_tuned
+from sglx.bundle.versions_document import versions
 from sglx.bundle.weights_plan import WeightsPlan, folder_name, plan_weights
 from sglx.engine import docker_client
 from sglx.progress import Progress
@@ -60,7 +62,6 @@ from sglx_core.profile import Profile
 from sglx_core.profile.resolved import profile_digest, resolved_text
 from sglx_core.report import Finding, Result, Table
 from sglx_core.sizes import human_bytes
-from sglx_core.tuned import TunedSet
 
 SAVE_BLOCK = 4 << 20
 
@@ -156,7 +157,7 @@ def create_bundle(profile: Profile, options: CreateOptions, progress: Progress) 
         )
         progress(f"copying the Ansible content ({len(ansible.items)} files)")
         entries += ansible_content.write(ansible, stage)
-        entries += _copy_tuned(tuned_set, stage, progress)
+        entries += copy_tuned(tuned_set, stage, progress)
         tuned_record = None if tuned_set is None else TunedRecord(digest=tuned_set.digest)
         if attest_key is not None:
             from sglx.bundle import attestations
@@ -174,7 +175,7 @@ def create_bundle(profile: Profile, options: CreateOptions, progress: Progress) 
         raise
     if options.as_tar:
         progress(f"writing {tar_path.name}")
-        _write_tar(out, tar_path)
+        write_tar(out, tar_path)
     return _result(out, tar_path if options.as_tar else None, manifest, scan_result)
 
 
@@ -394,7 +395,7 @@ def _fill(
         add(layout.VEX, copied.size, copied.sha256, "meta")
     labels = dict(sorted((image.labels or {}).items()))
     for path, document in (
-        (layout.VERSIONS, _versions(profile, labels)),
+        (layout.VERSIONS, versions(profile, labels)),
         (layout.LABELS, labels),
         (layout.RUN_SPEC, run_spec(profile).to_json()),
     ):
@@ -460,35 +461,6 @@ def _save_stream(client: Any, ref: str, progress: Progress) -> Iterator[bytes]:
         ) from None
 
 
-def _versions(profile: Profile, labels: dict[str, str]) -> dict[str, Any]:
-    def dist(name: str) -> str:
-        try:
-            return metadata.version(name)
-        except metadata.PackageNotFoundError:
-            return "unknown"
-
-    return {
-        "arch": profile.arch,
-        "sglang": labels.get(image_labels.SGLANG_VERSION, profile.sglang.version),
-        "sglx": labels.get(image_labels.VERSION, __version__),
-        "plugin": dist("sglx-platform"),
-        "kernels": {
-            "sglx-kernels": dist("sglx-kernels"),
-            "triton": profile.kernels.triton,
-            "serve": list(profile.kernels.serve),
-        },
-        "base": {
-            "name": labels.get(image_labels.BASE_NAME, profile.base.ref),
-            "digest": labels.get(image_labels.BASE_DIGEST, "unknown"),
-        },
-        "weights_digest": labels.get(image_labels.WEIGHTS_DIGEST, "unknown"),
-        "lock_digest": labels.get(image_labels.LOCK_DIGEST, "unknown"),
-        # The golden numerics the image carries (/etc/sglx/golden.json): what the serving gate
-        # replays on every host.
-        "golden_digest": labels.get(image_labels.GOLDEN_DIGEST, "none"),
-    }
-
-
 def _parameters(profile: Profile, options: CreateOptions) -> dict[str, Any]:
     """The provenance's external parameters: what a rebuild of this bundle would pass."""
     return {
@@ -538,48 +510,6 @@ def _finish(
         sig_sha = sha256_bytes(signature.read_bytes())
     (stage / layout.SUMS).write_text(render_sums(manifest, sha256_bytes(raw), sig_sha))
     return manifest
-
-
-def _copy_tuned(tuned_set: TunedSet | None, stage: Path, progress: Progress) -> list[FileEntry]:
-    """The tuned set's files and manifest, copied to tuned/ (checked when it was loaded)."""
-    if tuned_set is None:
-        return []
-    records = {r.name: r.sha256 for r in tuned_set.manifest.files}
-    names = [tuned.MANIFEST, *records]
-    progress(f"copying the tuned set {tuned_set.digest} ({len(records)} files)")
-    (stage / layout.TUNED).mkdir()
-    entries = []
-    for name in names:
-        path = f"{layout.TUNED}/{name}"
-        copied = copy_hashed(tuned_set.folder / name, stage / path)
-        if name in records and copied.sha256 != records[name]:
-            raise SglxError(
-                f"{tuned_set.folder / name} changed while the bundle was made",
-                hint="leave the tuned set alone while `bundle create` runs, then run it again",
-                code="usage",
-                path=str(tuned_set.folder / name),
-            )
-        entries.append(FileEntry(path=path, size=copied.size, sha256=copied.sha256, kind="tuned"))
-    return entries
-
-
-def _write_tar(folder: Path, tar_path: Path) -> None:
-    """The tar, and beside it a copy of the bundle's install.sh (`NAME.install.sh`): a host
-    without Python checks and unpacks the tar with it (`sh NAME.install.sh NAME.tar`)."""
-    staging = tar_path.with_name(f".{tar_path.name}.partial-{uuid.uuid4().hex[:8]}")
-    script = install_sh.beside_tar(tar_path)
-    script_staging = script.with_name(f".{script.name}.partial-{uuid.uuid4().hex[:8]}")
-    try:
-        with tarfile.open(staging, "w", format=tarfile.PAX_FORMAT) as tar:
-            tar.add(folder, arcname=folder.name, recursive=True)
-        shutil.copyfile(folder / layout.INSTALL_SH, script_staging)
-        script_staging.chmod(0o755)
-        script_staging.rename(script)
-        staging.rename(tar_path)
-    except BaseException:
-        staging.unlink(missing_ok=True)
-        script_staging.unlink(missing_ok=True)
-        raise
 
 
 def _result(

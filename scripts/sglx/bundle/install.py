@@ -19,8 +19,6 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
-import subprocess
-import sys
 import time
 import uuid
 from dataclasses import dataclass, field, replace
@@ -36,6 +34,7 @@ from sglx.bundle.hashed_files import copy_hashed, require_space
 from sglx.bundle.image_archive import layer_findings
 from sglx.bundle.manifest import BundleManifest, parse, sha256_bytes
 from sglx.bundle.record import InstallRecord
+from sglx.bundle.run_line import docker_run_line
 from sglx.bundle.scan_report import not_scanned, report_findings
 from sglx.bundle.signing import site_weights_signer
 from sglx.bundle.verify import SignaturePolicy, check_files, read_manifest_bytes
@@ -46,6 +45,7 @@ from sglx.bundle.weights_store import (
     place_in_store,
     store_entry,
 )
+from sglx.bundle.wheelhouse_install import install_wheelhouse, lock_sha, venv_installed
 from sglx.engine import docker_client
 from sglx.image_identity import engine_of, held_id
 from sglx.progress import Progress
@@ -56,7 +56,6 @@ from sglx_core.report import Finding, Result, Table
 from sglx_core.sizes import human_bytes
 from sglx_core.util import make_folders
 
-PIP_TIMEOUT_S = 3600
 STATE_MARGIN = 1 << 20
 
 
@@ -142,7 +141,7 @@ def _install(bundle: Path, options: InstallOptions, progress: Progress) -> Resul
     steps.add("verify", status, detail, started)
     weights_target, weights_done = plan.weights, plan.weights_done
     stored = plan.store_root is not None
-    venv_done = options.venv is not None and _venv_done(record, options.venv, manifest)
+    venv_done = options.venv is not None and venv_installed(record, options.venv, manifest)
 
     started = time.monotonic()
     held = plan.held
@@ -161,9 +160,7 @@ def _install(bundle: Path, options: InstallOptions, progress: Progress) -> Resul
         steps.add("venv", "skipped", f"{options.venv} already holds the locked wheels", started)
     else:
         install_wheelhouse(bundle, options.venv, progress)
-        record.step_done(
-            "venv", {"path": str(options.venv.absolute()), "lock": _lock_sha(manifest)}
-        )
+        record.step_done("venv", {"path": str(options.venv.absolute()), "lock": lock_sha(manifest)})
         steps.add("venv", "done", f"installed the wheelhouse into {options.venv}", started)
 
     started = time.monotonic()
@@ -422,53 +419,6 @@ def _load(
     return held
 
 
-def _lock_sha(manifest: BundleManifest) -> str:
-    return manifest.by_path()[layout.WHEEL_LOCK].sha256
-
-
-def _venv_done(record: InstallRecord, venv: Path, manifest: BundleManifest) -> bool:
-    want = {"path": str(venv.absolute()), "lock": _lock_sha(manifest)}
-    return bool(record.steps.get("venv") == want and (venv / "bin" / "python").exists())
-
-
-def install_wheelhouse(bundle: Path, venv: Path, progress: Progress) -> None:
-    """Create `venv` (with this Python) if needed and install the bundle's locked wheels into
-    it: no index, no dependency resolution, every hash required."""
-    if not (venv / "bin" / "python").exists():
-        progress(f"creating the venv {venv}")
-        _run([sys.executable, "-m", "venv", str(venv)], "creating the venv")
-    progress("installing the wheelhouse (no index, hashes required)")
-    _run(
-        [
-            str(venv / "bin" / "python"),
-            "-m",
-            "pip",
-            "install",
-            "--no-index",
-            "--no-deps",
-            "--require-hashes",
-            "--find-links",
-            str(bundle / layout.WHEELHOUSE),
-            "-r",
-            str(bundle / layout.WHEEL_LOCK),
-        ],
-        "pip install of the wheelhouse",
-    )
-
-
-def _run(argv: list[str], what: str) -> None:
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=PIP_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        raise SglxError(f"{what} took longer than {PIP_TIMEOUT_S} s", code="environment") from None
-    if proc.returncode != 0:
-        raise SglxError(
-            f"{what} failed: {(proc.stderr or proc.stdout)[-1500:]}",
-            hint="the venv's Python must be the one the lock was made for",
-            code="environment",
-        )
-
-
 def _weights_target(manifest: BundleManifest, options: InstallOptions) -> Path | None:
     """The folder the weights go to: `--weights-dir`/`weights.name`, refused (before anything
     is written) unless it is a new or replaceable folder strictly inside `--weights-dir`.
@@ -552,7 +502,7 @@ def _result(
 ) -> Result:
     """The report; the start line names the engine's CLI (`cli`: docker, or podman)."""
     redone = [name for name, row in steps.rows.items() if row["status"] == "done"]
-    run, why_not, jit = _docker_run(spec, manifest, weights, jit_root, store_root)
+    run, why_not, jit = docker_run_line(spec, manifest, weights, jit_root, store_root)
     run = [cli, *run[1:]] if run else run
     rows = tuple((name, row["status"], row["detail"]) for name, row in steps.rows.items())
     lines = [
@@ -576,60 +526,6 @@ def _result(
         tables=(Table(("step", "status", "detail"), rows, title=f"install of {bundle}"),),
         lines=tuple(line for line in lines if line),
     )
-
-
-def _docker_run(
-    spec: CarriedSpec,
-    manifest: BundleManifest,
-    weights: Path | None,
-    jit_root: Path | None = None,
-    store_root: Path | None = None,
-) -> tuple[list[str], str, str | None]:
-    """The `docker run` line of the bundle's own run spec (meta/run.json, written from the
-    profile baked into its image), the groups by this host's GIDs where the profile says so,
-    and the JIT cache folder it mounts, created here (None for a spec without one); or no line
-    and the reason (a bundle older than meta/run.json, a group the host lacks)."""
-    from sglx.run_spec import (
-        RunSpec,
-        Site,
-        docker_run_words,
-        host_gids,
-        jit_folder,
-        make_lock_folder,
-    )
-
-    if jit_root is None and (env := os.environ.get(ROOT_ENV)):
-        jit_root = Path(env)
-    if spec.data is None and spec.problem is None:
-        why = f"no start line: the bundle has no {layout.RUN_SPEC} (made by an older sglx)"
-        return [], why, None
-    try:
-        if spec.problem is not None:
-            raise spec.problem
-        run = RunSpec.from_json(spec.data, str(spec.path))
-        site = Site(
-            image=manifest.image.ref,
-            name=f"sglx-{run.arch}",
-            model_dir=None if weights is None or store_root is not None else str(weights),
-            gids=host_gids(run),
-            image_id=manifest.image.id,
-            jit_root=None if jit_root is None else str(jit_root.absolute()),
-            # weights in the store: the run spec mounts their entry (sglx.run_spec.model_folder)
-            weights_digest=None
-            if store_root is None or manifest.weights is None
-            else manifest.weights.digest,
-            models_root=None if store_root is None else str(store_root),
-        )
-    except SglxError as exc:
-        why = f"no start line: {exc.message} ({exc.hint})" if exc.hint else exc.message
-        return [], why, None
-    folder = jit_folder(run, site)
-    if folder is not None:
-        from sglx.run_spec import make_jit_folder
-
-        make_jit_folder(run, folder)
-    make_lock_folder(run)
-    return docker_run_words(run, site), "", folder
 
 
 def _with_record(result: Result, record: InstallRecord) -> Result:

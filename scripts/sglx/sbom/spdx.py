@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import io
 import re
+from pathlib import Path
 from typing import Any
 
 from sglx import __version__
 from sglx_core.errors import SglxError
+from sglx_core.untrusted import parse_json
 
 SPDX_VERSION = "SPDX-2.3"
 NAMESPACE = "urn:sglx:spdx:"
@@ -26,14 +28,13 @@ _NOT_ID = re.compile(r"[^A-Za-z0-9.-]+")
 
 def from_cyclonedx(text: str, *, where: str) -> str:
     """The SPDX 2.3 JSON of the CycloneDX JSON `text` (read from `where`), validated."""
-    import json
-
     from cyclonedx.model.bom import Bom
     from spdx_tools.spdx.validation.document_validator import validate_full_spdx_document
     from spdx_tools.spdx.writer.json.json_writer import write_document_to_stream
 
+    document = parse_json(text, path=Path(where), what="SBOM")
     try:
-        bom = Bom.from_json(json.loads(text))  # type: ignore[attr-defined]  # py-serializable adds it
+        bom = Bom.from_json(document)  # type: ignore[attr-defined]  # py-serializable adds it
     except Exception as exc:  # the library raises many kinds for a document it cannot read
         raise SglxError(
             f"{where} is not a CycloneDX document sglx can read ({type(exc).__name__})",

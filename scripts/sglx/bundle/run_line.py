@@ -1,0 +1,68 @@
+"""The `docker run` line `sglx bundle install` prints: the bundle's own run spec
+(meta/run.json) with this host's group ids, the weights' folder or store entry, and the JIT
+cache folder it mounts, created here."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from sglx.bundle import layout
+from sglx.bundle.carried_spec import CarriedSpec
+from sglx.bundle.manifest import BundleManifest
+from sglx_core.errors import SglxError
+from sglx_core.jit_cache import ROOT_ENV
+
+
+def docker_run_line(
+    spec: CarriedSpec,
+    manifest: BundleManifest,
+    weights: Path | None,
+    jit_root: Path | None = None,
+    store_root: Path | None = None,
+) -> tuple[list[str], str, str | None]:
+    """The `docker run` line of the bundle's own run spec (meta/run.json, written from the
+    profile baked into its image), the groups by this host's GIDs where the profile says so,
+    and the JIT cache folder it mounts, created here (None for a spec without one); or no line
+    and the reason (a bundle older than meta/run.json, a group the host lacks)."""
+    from sglx.run_spec import (
+        RunSpec,
+        Site,
+        docker_run_words,
+        host_gids,
+        jit_folder,
+        make_lock_folder,
+    )
+
+    if jit_root is None and (env := os.environ.get(ROOT_ENV)):
+        jit_root = Path(env)
+    if spec.data is None and spec.problem is None:
+        why = f"no start line: the bundle has no {layout.RUN_SPEC} (made by an older sglx)"
+        return [], why, None
+    try:
+        if spec.problem is not None:
+            raise spec.problem
+        run = RunSpec.from_json(spec.data, str(spec.path))
+        site = Site(
+            image=manifest.image.ref,
+            name=f"sglx-{run.arch}",
+            model_dir=None if weights is None or store_root is not None else str(weights),
+            gids=host_gids(run),
+            image_id=manifest.image.id,
+            jit_root=None if jit_root is None else str(jit_root.absolute()),
+            # weights in the store: the run spec mounts their entry (sglx.run_spec.model_folder)
+            weights_digest=None
+            if store_root is None or manifest.weights is None
+            else manifest.weights.digest,
+            models_root=None if store_root is None else str(store_root),
+        )
+    except SglxError as exc:
+        why = f"no start line: {exc.message} ({exc.hint})" if exc.hint else exc.message
+        return [], why, None
+    folder = jit_folder(run, site)
+    if folder is not None:
+        from sglx.run_spec import make_jit_folder
+
+        make_jit_folder(run, folder)
+    make_lock_folder(run)
+    return docker_run_words(run, site), "", folder
