@@ -29,12 +29,18 @@ SID_MIRROR=${SID_MIRROR:-http://deb.debian.org/debian}
 say() { printf 'bootstrap: %s\n' "$*"; }
 die() { printf 'bootstrap: error: %s\n' "$*" >&2; exit 2; }
 
+# The packages among the arguments that dpkg does not have installed, one per line.
+not_installed() {
+  local pkg
+  for pkg in "$@"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" \
+      || printf '%s\n' "$pkg"
+  done
+}
+
 ensure_apt_packages() {
   local missing=()
-  for pkg in "${APT_PACKAGES[@]}"; do
-    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" \
-      || missing+=("$pkg")
-  done
+  mapfile -t missing < <(not_installed "${APT_PACKAGES[@]}")
   [ ${#missing[@]} -eq 0 ] && return 0
   [ "$(id -u)" -eq 0 ] || die "missing Debian packages: ${missing[*]}; run as root or: sudo apt-get install -y ${missing[*]}"
   say "installing Debian packages: ${missing[*]}"
@@ -55,10 +61,7 @@ ensure_apt_packages() {
 
 ensure_sid_packages() {
   local missing=()
-  for pkg in "${SID_PACKAGES[@]}"; do
-    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" \
-      || missing+=("$pkg")
-  done
+  mapfile -t missing < <(not_installed "${SID_PACKAGES[@]}")
   [ ${#missing[@]} -eq 0 ] && return 0
   [ "$(id -u)" -eq 0 ] || die "missing Debian sid packages: ${missing[*]}; run as root"
   say "installing from Debian sid ($SID_MIRROR): ${missing[*]}"

@@ -39,3 +39,32 @@ def ansible_playbook(
              "ANSIBLE_STDOUT_CALLBACK": "default", "ANSIBLE_CALLBACK_RESULT_FORMAT": "json",
              "PATH": ":".join(filter(None, [path, os.environ["PATH"]]))},
     )  # fmt: skip
+
+
+def rollout_playbook(
+    work: Path,
+    hosts: dict[str, dict[str, Any]],
+    *args: str,
+    groups: dict[str, list[str]] | None = None,
+) -> tuple[int, str]:
+    """The repository's own rollout.yml over `hosts` run locally (`ansible_connection: local`,
+    without become) in the group `sglx`, with `groups` under it; `args` added (tags, extra
+    vars). Its exit code and all it printed."""
+    local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    inventory: dict[str, Any] = {
+        "sglx": {
+            "hosts": {name: {**local, **v} for name, v in hosts.items()},
+            "children": {g: {"hosts": {h: {} for h in members}}
+                         for g, members in (groups or {}).items()},
+        }
+    }  # fmt: skip
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "hosts.yml").write_text(yaml.safe_dump(inventory))
+    done = subprocess.run(
+        [str(BIN / "ansible-playbook"), "-i", str(work / "hosts.yml"), "rollout.yml",
+         "-e", "ansible_become=false", *args],
+        cwd=ANSIBLE, capture_output=True, text=True, timeout=300, check=False,
+        env={**os.environ, "ANSIBLE_CONFIG": str(ANSIBLE / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
+             "ANSIBLE_CALLBACK_RESULT_FORMAT": "json"},
+    )  # fmt: skip
+    return done.returncode, done.stdout + done.stderr

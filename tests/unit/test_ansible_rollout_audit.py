@@ -14,19 +14,17 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+from helpers.ansible_play import rollout_playbook
 from helpers.bundles import hand_bundle
 
 from sglx.sbom.contents import ImageContents, OperatingSystem, PythonDistribution
 from sglx.sbom.document import Subject, build_bom, to_json
 
-ANSIBLE = Path(__file__).resolve().parents[2] / "ansible"
 BIN = Path(sys.executable).parent
 DIGEST = "sha256:" + "a" * 64
 IMAGE = "sha256:" + "b" * 64
@@ -78,19 +76,10 @@ def site(tmp_path: Path) -> dict[str, Path]:
 def play(tmp_path: Path, extra: dict[str, Any]) -> tuple[int, str]:
     record = tmp_path / "deployed.json"
     record.write_text(json.dumps({"bundle_digest": DIGEST, "image_id": IMAGE, "unit": "u"}))
-    local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
-             "sglang_service_state_file": str(record)}  # fmt: skip
-    (tmp_path / "hosts.yml").write_text(yaml.safe_dump({"sglx": {"hosts": {"host-a": local}}}))
-    done = subprocess.run(
-        [str(BIN / "ansible-playbook"), "-i", str(tmp_path / "hosts.yml"), "rollout.yml",
-         "-e", "ansible_become=false", "-e", json.dumps({"sglx_rollout_sglx": str(BIN / "sglx"),
-                                                         **extra}),
-         "--tags", "sglx_rollout_audit,sglx_rollout_summary"],
-        cwd=ANSIBLE, capture_output=True, text=True, timeout=300, check=False,
-        env={**os.environ, "ANSIBLE_CONFIG": str(ANSIBLE / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
-             "ANSIBLE_CALLBACK_RESULT_FORMAT": "json"},
-    )  # fmt: skip
-    return done.returncode, done.stdout + done.stderr
+    host = {"sglang_service_state_file": str(record)}
+    variables = json.dumps({"sglx_rollout_sglx": str(BIN / "sglx"), **extra})
+    return rollout_playbook(tmp_path, {"host-a": host}, "-e", variables,
+                            "--tags", "sglx_rollout_audit,sglx_rollout_summary")  # fmt: skip
 
 
 def test_without_a_policy_the_summary_says_the_audit_is_off(tmp_path: Path) -> None:

@@ -14,16 +14,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
-import yaml
+from helpers.ansible_play import rollout_playbook
 from helpers.bundles import hand_bundle
 
-ANSIBLE = Path(__file__).resolve().parents[2] / "ansible"
-BIN = Path(sys.executable).parent
 IMAGE = "sha256:" + "0" * 64  # hand_bundle's image id
 
 
@@ -45,23 +41,8 @@ def installed_bundle(tmp_path: Path) -> tuple[Path, Path]:
 def play(
     tmp_path: Path, hosts: dict[str, dict[str, Any]], groups: dict[str, list[str]], *extra: str
 ) -> tuple[int, str]:
-    local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
-    inventory: dict[str, Any] = {
-        "sglx": {
-            "hosts": {name: {**local, **v} for name, v in hosts.items()},
-            "children": {g: {"hosts": {h: {} for h in members}} for g, members in groups.items()},
-        }
-    }
-    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inventory))
-    done = subprocess.run(
-        [str(BIN / "ansible-playbook"), "-i", str(tmp_path / "hosts.yml"), "rollout.yml",
-         "-e", "ansible_become=false", "--tags", "sglx_rollout_stage,sglx_rollout_summary",
-         *extra],
-        cwd=ANSIBLE, capture_output=True, text=True, timeout=300, check=False,
-        env={**os.environ, "ANSIBLE_CONFIG": str(ANSIBLE / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
-             "ANSIBLE_CALLBACK_RESULT_FORMAT": "json"},
-    )  # fmt: skip
-    return done.returncode, done.stdout + done.stderr
+    tags = ("--tags", "sglx_rollout_stage,sglx_rollout_summary")
+    return rollout_playbook(tmp_path, hosts, *tags, *extra, groups=groups)
 
 
 def fleet(tmp_path: Path) -> tuple[dict[str, dict[str, Any]], dict[str, list[str]]]:

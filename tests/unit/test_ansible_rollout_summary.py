@@ -9,32 +9,17 @@ sglang_service_state_file, and the failure when a host was rolled back. The midd
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
-import yaml
+from helpers.ansible_play import rollout_playbook
 
-ANSIBLE = Path(__file__).resolve().parents[2] / "ansible"
-BIN = Path(sys.executable).parent
 DIGEST = "sha256:" + "a" * 64
 IMAGE = "sha256:" + "b" * 64
 
 
 def play(tmp_path: Path, hosts: dict[str, dict[str, Any]], *extra: str) -> tuple[int, str]:
-    local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
-    inventory = {"sglx": {"hosts": {name: {**local, **v} for name, v in hosts.items()}}}
-    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inventory))
-    done = subprocess.run(
-        [str(BIN / "ansible-playbook"), "-i", str(tmp_path / "hosts.yml"), "rollout.yml",
-         "-e", "ansible_become=false", *extra],
-        cwd=ANSIBLE, capture_output=True, text=True, timeout=300, check=False,
-        env={**os.environ, "ANSIBLE_CONFIG": str(ANSIBLE / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
-             "ANSIBLE_CALLBACK_RESULT_FORMAT": "json"},
-    )  # fmt: skip
-    return done.returncode, done.stdout + done.stderr
+    return rollout_playbook(tmp_path, hosts, *extra)
 
 
 def test_the_summary_names_each_hosts_outcome_and_bundle(tmp_path: Path) -> None:
