@@ -61,7 +61,8 @@ def _openvex(statement: Any, source: str) -> Statement:
         raise SglxError(f"{source}: a statement is not a JSON object", hint=FIX, code="usage")
     vulnerability = statement.get("vulnerability")
     name = vulnerability.get("name") if isinstance(vulnerability, dict) else vulnerability
-    products = [p.get("@id") if isinstance(p, dict) else p for p in statement.get("products") or []]
+    listed = _list(statement.get("products"), "a statement's products", source)
+    products = [p.get("@id") if isinstance(p, dict) else p for p in listed]
     status = statement.get("status")
     if not isinstance(name, str) or status not in STATUSES:
         raise SglxError(
@@ -79,13 +80,26 @@ def _cyclonedx(vulnerability: Any, source: str) -> list[Statement]:
     if not isinstance(vulnerability, dict) or not isinstance(vulnerability.get("id"), str):
         raise SglxError(f"{source}: a vulnerability needs an id", hint=FIX, code="usage")
     analysis = vulnerability.get("analysis") or {}
+    if not isinstance(analysis, dict):
+        raise SglxError(f"{source}: a vulnerability's analysis is not an object", hint=FIX,
+                        code="usage")  # fmt: skip
     status = CYCLONEDX_STATES.get(str(analysis.get("state", "")))
     if status is None:
         return []
-    products = [a.get("ref") for a in vulnerability.get("affects") or [] if isinstance(a, dict)]
+    affects = _list(vulnerability.get("affects"), "a vulnerability's affects", source)
+    products = [a.get("ref") for a in affects if isinstance(a, dict)]
     justification = analysis.get("justification") or analysis.get("detail") or ""
     return [Statement(vulnerability["id"], tuple(str(p) for p in products if isinstance(p, str)),
                       status, str(justification), source)]  # fmt: skip
+
+
+def _list(value: Any, what: str, source: str) -> list[Any]:
+    """`value` when it is a list, [] when absent; anything else is refused naming `what`."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise SglxError(f"{source}: {what} is not a list", hint=FIX, code="usage")
+    return value
 
 
 def _same_package(product: str, purl: str) -> bool:
