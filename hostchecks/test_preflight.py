@@ -27,7 +27,7 @@ from probes import (
     read_json,
 )
 
-from sglx.gate.tools import amd_smi, rccl_tests, rvs, xpu_smi
+from sglx.gate.tools import amd_smi, amd_smi_partition, rccl_tests, rvs, xpu_smi
 from sglx.gate.tools.result import ToolResult
 from sglx_core.engines import engine_from, names_tested
 from sglx_core.errors import SglxError
@@ -493,8 +493,8 @@ def test_vendor_amd_smi_partitions(host: Any, facts: HostFacts, record_property:
     out = vendor.run(
         host, path, ["static", "--partition", "--json"], settings.timeout_s, merge_stderr=False
     )
-    parts = vendor.parse(out, amd_smi.parse_partition_json)
-    result = amd_smi.check_partitions(parts, compute=want.compute, memory=want.memory)
+    parts = vendor.parse(out, amd_smi_partition.parse_partition_json)
+    result = amd_smi_partition.check_partitions(parts, compute=want.compute, memory=want.memory)
     vendor.judge(
         [result, *vendor.counted(host, facts, "amd-smi", len(parts))],
         [out],

@@ -17,8 +17,10 @@ DOCKERD_LOG=${DOCKERD_LOG:-/var/log/sglx-dockerd.log}
 # pax-utils (lddtree), the baseline bench/scan compares against, and the site registry's
 # docker-registry and skopeo (role sglx_registry, tests/integration/test_site_registry.py),
 # prometheus for its promtool (the rules' checks and tests; its daemon is not started), and the
-# linter shellcheck for the install.sh sglx renders (tests/unit/test_install_sh_shellcheck.py).
-APT_PACKAGES=(docker.io debootstrap pax-utils skopeo docker-registry prometheus shellcheck)
+# linter shellcheck for the install.sh sglx renders (tests/unit/test_install_sh_shellcheck.py),
+# and busybox, whose sh is one of the three install.sh runs under in the tests (with dash and
+# bash).
+APT_PACKAGES=(docker.io debootstrap pax-utils skopeo docker-registry prometheus shellcheck busybox)
 
 # cosign, the verifier a site's reviewers run on sglx's Sigstore bundles (the attestation tests
 # run it as they would): Debian ships it in sid only. It comes from there with apt's own

@@ -114,6 +114,8 @@ def _private_jit_root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None
         patch.setenv("SGLX_JIT_ROOT", str(tmp_path_factory.getbasetemp() / "sglx-jit"))
         # and the weights store entries they place, never /var/lib/sglx/models
         patch.setenv("SGLX_MODELS_ROOT", str(tmp_path_factory.getbasetemp() / "sglx-models"))
+        # and the install records they write, never /var/lib/sglx/bundles
+        patch.setenv("SGLX_STATE_DIR", str(tmp_path_factory.getbasetemp() / "sglx-state"))
         yield
 
 

@@ -15,9 +15,10 @@ import os
 from sglx_core.errors import SglxError
 from sglx_core.profile import Profile
 from sglx_core.profile.schema import DeviceNode
+from sglx_core.serving.probe_root import PROBE_ROOT_ENV
 from sglx_platform.failures import FailureClass, PlatformError
 from sglx_platform.image_profile import PROFILE_ENV, baked_profile, profile_path
-from sglx_platform.probe import PROBE_ROOT_ENV, ProbeResult, probe
+from sglx_platform.probe import ProbeResult, probe
 from sglx_platform.vendor import missing
 
 logger = logging.getLogger(__name__)

@@ -7,7 +7,7 @@ For each golden prompt, one POST /generate with `input_ids` = prompt ids + conti
 `max_new_tokens` 1, temperature 0, `return_logprob`, `top_logprobs_num` 1 and
 `logprob_start_len` = len(prompt ids) - 1. The served log-probability of each reference token
 and the served argmax at its position are then held against the reference
-(sglx_core.gate.golden.compare) within the tolerances given, or else the baked profile's
+(sglx_core.gate.golden_compare.compare) within the tolerances given, or else the baked profile's
 `gate.numerics.tolerances` entry for the dtype the server serves in: its `--dtype` from
 GET /server_info, or for `auto` sglang's rule over the loaded checkpoint's dtype. The golden
 file defaults to the one the image build put beside the baked profile (/etc/sglx/golden.json).
@@ -50,12 +50,9 @@ from sglx_core.gate.golden import (
     GOLDEN_FILE,
     Golden,
     GoldenPrompt,
-    GoldenReport,
-    Served,
-    Tolerance,
-    compare,
     load_golden,
 )
+from sglx_core.gate.golden_compare import GoldenReport, Served, Tolerance, compare
 from sglx_core.profile import Profile
 from sglx_core.report import Finding, Result, Table, render, result_of
 from sglx_core.serving.model import read_model, served_dtype

@@ -14,14 +14,9 @@ from pathlib import Path
 
 from sglx_core.profile import Profile
 from sglx_core.profile.schema import KfdProbe, KunlunProbe
-
-PROBE_ROOT_ENV = "SGLX_PROBE_ROOT"
-KFD_NODES = "sys/class/kfd/kfd/topology/nodes"
-PCI_DEVICES = "sys/bus/pci/devices"
-
-
-def probe_root() -> Path:
-    return Path(os.environ.get(PROBE_ROOT_ENV) or "/")
+from sglx_core.serving.hardware import PCI_DEVICES
+from sglx_core.serving.kfd import KFD_NODES
+from sglx_core.serving.probe_root import probe_root
 
 
 @dataclass(frozen=True)

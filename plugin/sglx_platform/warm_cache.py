@@ -30,8 +30,9 @@ from typing import Any
 from sglx_core.errors import SglxError
 from sglx_core.profile import Profile
 from sglx_core.profile.schema import KfdProbe
-from sglx_core.serving.hardware import gfx_name, kfd_gpus, probe_root
+from sglx_core.serving.kfd import gfx_name, kfd_gpus
 from sglx_core.serving.model import ModelShape, read_model
+from sglx_core.serving.probe_root import probe_root
 from sglx_core.triton_cache import (
     ENTRIES,
     IMAGE_ROOT,

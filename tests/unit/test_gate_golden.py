@@ -18,11 +18,8 @@ from sglx_core.gate.golden import (
     DEFAULT_NEW_TOKENS,
     MAX_GOLDEN_BYTES,
     Prompt,
-    Served,
-    Tolerance,
     canonical_bytes,
     check_prompts,
-    compare,
     file_digest,
     golden_digest,
     load_golden,
@@ -30,6 +27,7 @@ from sglx_core.gate.golden import (
     read_prompts,
     write_golden,
 )
+from sglx_core.gate.golden_compare import Served, Tolerance, compare
 
 TOL = Tolerance(max_abs=1e-3, mean_abs=1e-4, min_top1_agreement=0.9)
 N = 16

@@ -21,6 +21,12 @@ import pytest
 
 from sglx.gate.tools import amd_smi, rccl_tests, rvs, xpu_smi
 from sglx.gate.tools._input import MAX_OUTPUT_BYTES
+from sglx.gate.tools.amd_smi_partition import (
+    GpuPartition,
+    check_partitions,
+    parse_partition_json,
+    parse_partition_text,
+)
 from sglx.gate.tools.result import ToolResult, absent, is_absent, not_run, verdict
 from sglx_core.errors import SglxError
 
@@ -61,7 +67,7 @@ def test_amd_smi_json_samples_parse(name: str) -> None:
         # MI300-class GPUs have no edge sensor: N/A is skipped, not read as 0.
         assert all("edge" not in r.temperatures and "hotspot" in r.temperatures for r in readings)
     else:
-        parts = amd_smi.parse_partition_json(text)
+        parts = parse_partition_json(text)
         assert {(p.compute, p.memory) for p in parts} == {("SPX", "NPS1")}
 
 
@@ -179,48 +185,72 @@ def test_amd_smi_both_json_envelopes_read_the_same() -> None:
 @pytest.mark.parametrize(
     ("name", "parse", "compute", "memory"),
     [
-        ("partition_current_spx_issue4477.txt", amd_smi.parse_partition_text, "SPX", "NPS1"),
-        ("partition_current_dpx_partition_doc.txt", amd_smi.parse_partition_text, "DPX", "NPS2"),
-        ("constructed_partition_current.json", amd_smi.parse_partition_json, "spx", "nps1"),
-        ("constructed_static_partition.json", amd_smi.parse_partition_json, "SPX", "NPS1"),
-        ("constructed_static_partition_rocm6.json", amd_smi.parse_partition_json, "SPX", "NPS1"),
+        (
+            "partition_current_spx_issue4477.txt",
+            parse_partition_text,
+            "SPX",
+            "NPS1",
+        ),
+        (
+            "partition_current_dpx_partition_doc.txt",
+            parse_partition_text,
+            "DPX",
+            "NPS2",
+        ),
+        (
+            "constructed_partition_current.json",
+            parse_partition_json,
+            "spx",
+            "nps1",
+        ),
+        (
+            "constructed_static_partition.json",
+            parse_partition_json,
+            "SPX",
+            "NPS1",
+        ),
+        (
+            "constructed_static_partition_rocm6.json",
+            parse_partition_json,
+            "SPX",
+            "NPS1",
+        ),
     ],
 )
 def test_amd_smi_partitions_pass_when_expected(
-    name: str, parse: Callable[[str], list[amd_smi.GpuPartition]], compute: str, memory: str
+    name: str,
+    parse: Callable[[str], list[GpuPartition]],
+    compute: str,
+    memory: str,
 ) -> None:
-    result = amd_smi.check_partitions(
-        parse(sample("amd_smi", name)), compute=compute, memory=memory
-    )
+    result = check_partitions(parse(sample("amd_smi", name)), compute=compute, memory=memory)
     assert result.passed, result.findings
 
 
 def test_amd_smi_wrong_partition_fails() -> None:
-    parts = amd_smi.parse_partition_text(sample("amd_smi", "partition_current_spx_issue4477.txt"))
-    result = amd_smi.check_partitions(parts, compute="CPX", memory="NPS4")
+    parts = parse_partition_text(sample("amd_smi", "partition_current_spx_issue4477.txt"))
+    result = check_partitions(parts, compute="CPX", memory="NPS4")
     assert result.passed is False and len(result.findings) == 8
     assert result.findings[0].startswith("gpu 0: accelerator partition SPX, expected CPX")
     edited = sample("amd_smi", "partition_current_spx_issue4477.txt").replace(
         "2       NPS1    SPX", "2       NPS4    CPX"
     )
-    result = amd_smi.check_partitions(
-        amd_smi.parse_partition_text(edited), compute="SPX", memory="NPS1"
-    )
+    result = check_partitions(parse_partition_text(edited), compute="SPX", memory="NPS1")
     assert [f.split(":")[0] for f in result.findings] == ["gpu 2", "gpu 2"]
 
 
 def test_amd_smi_partition_na_from_rocm_issue_4477_fails() -> None:
-    parts = amd_smi.parse_partition_text(sample("amd_smi", "partition_current_na_issue4477.txt"))
+    parts = parse_partition_text(sample("amd_smi", "partition_current_na_issue4477.txt"))
     assert [(p.compute, p.memory, p.partition_id) for p in parts] == [(None, "NPS1", None)] * 4
-    result = amd_smi.check_partitions(parts, compute="SPX", memory="NPS1")
+    result = check_partitions(parts, compute="SPX", memory="NPS1")
     assert result.passed is False and "ROCm/ROCm#4477" in result.findings[0]
 
 
 def test_amd_smi_partition_expectations_are_checked() -> None:
     with pytest.raises(SglxError, match="not an accelerator partition mode"):
-        amd_smi.check_partitions([], compute="XPX", memory="NPS1")
+        check_partitions([], compute="XPX", memory="NPS1")
     with pytest.raises(SglxError, match="not a memory partition mode"):
-        amd_smi.check_partitions([], compute="SPX", memory="NPS3")
+        check_partitions([], compute="SPX", memory="NPS3")
 
 
 @pytest.mark.parametrize(
@@ -285,9 +315,9 @@ def test_amd_smi_truncated_monitor_row_is_refused() -> None:
     refused(amd_smi.parse_monitor, cut, "amd-smi monitor: line 6: has 3 values for 8 columns")
     refused(amd_smi.parse_monitor, "GPU  POWER\n  0  182 W\n", "no GFX% / GFX_UTIL")
     refused(amd_smi.parse_monitor, "no table here\n", "has no `GPU ...` header")
-    refused(amd_smi.parse_partition_text, "CURRENT_PARTITION:\n", "lacks GPU_ID")
+    refused(parse_partition_text, "CURRENT_PARTITION:\n", "lacks GPU_ID")
     bad_mode = sample("amd_smi", "partition_current_spx_issue4477.txt").replace("SPX", "ZPX", 1)
-    refused(amd_smi.parse_partition_text, bad_mode, "gpu 0: ACCELERATOR_TYPE is 'ZPX'")
+    refused(parse_partition_text, bad_mode, "gpu 0: ACCELERATOR_TYPE is 'ZPX'")
 
 
 # -- rvs ---------------------------------------------------------------------------------------
@@ -631,8 +661,8 @@ def test_xpu_smi_malformed_output_is_refused() -> None:
 PARSERS: list[tuple[str, Callable[[Any], Any]]] = [
     ("amd-smi metric --json", amd_smi.parse_metric_json),
     ("amd-smi monitor", amd_smi.parse_monitor),
-    ("amd-smi partition", amd_smi.parse_partition_json),
-    ("amd-smi partition", amd_smi.parse_partition_text),
+    ("amd-smi partition", parse_partition_json),
+    ("amd-smi partition", parse_partition_text),
     ("rvs log", rvs.parse_rvs),
     ("all_reduce_perf", rccl_tests.parse_all_reduce),
     ("xpu-smi", xpu_smi.parse_table),

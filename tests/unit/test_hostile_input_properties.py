@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sglx.gate.tools import amd_smi, rccl_tests, rvs, xpu_smi
+from sglx.gate.tools import amd_smi, amd_smi_partition, rccl_tests, rvs, xpu_smi
 from sglx_core.errors import SglxError
 from sglx_core.gate.bench import BenchSettings, parse_result
 from sglx_core.gate.golden import parse_golden
@@ -44,11 +44,11 @@ READERS: dict[str, tuple[Callable[[str], Any], list[Path]]] = {
         sorted((DATA / "vendor" / "amd_smi").glob("monitor_*.txt")),
     ),
     "amd-smi partition --json": (
-        amd_smi.parse_partition_json,
+        amd_smi_partition.parse_partition_json,
         sorted((DATA / "vendor" / "amd_smi").glob("constructed_*partition*.json")),
     ),
     "amd-smi partition": (
-        amd_smi.parse_partition_text,
+        amd_smi_partition.parse_partition_text,
         sorted((DATA / "vendor" / "amd_smi").glob("partition_current_*.txt")),
     ),
     "xpu-smi -q": (

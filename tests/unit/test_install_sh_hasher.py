@@ -2,7 +2,9 @@
 test, coreutils' `sha256sum` otherwise. The generated script runs with `--check` on a
 hand-made bundle under a PATH that is only a folder of links to the tools named here, so the
 test, not this machine, decides which hashers exist; each hasher passes an intact bundle and
-names the one chunk whose byte was changed."""
+names the one chunk whose byte was changed. Each case runs under the three shells a site's
+host may have as `sh`: dash (Debian, Ubuntu), bash (RHEL's /bin/sh) and BusyBox's ash (a
+minimal host); Debian's `busybox` package, installed by scripts/bootstrap.sh."""
 
 from __future__ import annotations
 
@@ -64,11 +66,21 @@ def tool_folder(where: Path, hashers: dict[str, str | None]) -> Path:
     return where
 
 
-def check(bundle: Path, tools: Path) -> subprocess.CompletedProcess[str]:
-    shell = shutil.which("sh")
-    assert shell is not None
+# The shells install.sh must run under: argv before the script.
+SHELLS = {"dash": ["dash"], "bash": ["bash", "--posix"], "busybox": ["busybox", "sh"]}
+
+
+@pytest.fixture(params=list(SHELLS))
+def shell(request: pytest.FixtureRequest) -> list[str]:
+    argv = SHELLS[request.param]
+    found = shutil.which(argv[0])
+    assert found is not None, f"{argv[0]} is needed (scripts/bootstrap.sh installs it)"
+    return [found, *argv[1:]]
+
+
+def check(bundle: Path, tools: Path, shell: list[str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [shell, "install.sh", "--check"], cwd=bundle, capture_output=True, text=True,
+        [*shell, "install.sh", "--check"], cwd=bundle, capture_output=True, text=True,
         timeout=60, env={"PATH": str(tools), "LC_ALL": "C"},
     )  # fmt: skip
 
@@ -83,10 +95,10 @@ def check(bundle: Path, tools: Path) -> subprocess.CompletedProcess[str]:
     ids=["openssl-only", "sha256sum-only", "broken-openssl"],
 )
 def test_each_hasher_passes_a_bundle_and_names_a_changed_chunk(
-    bundle: Path, tmp_path: Path, hashers: dict[str, str | None], picked: str
+    bundle: Path, tmp_path: Path, hashers: dict[str, str | None], picked: str, shell: list[str]
 ) -> None:
     tools = tool_folder(tmp_path / "bin", hashers)
-    done = check(bundle, tools)
+    done = check(bundle, tools, shell)
     assert done.returncode == 0, done.stderr
     assert f"install.sh: checking 6 files against SHA256SUMS ({picked})\n" in done.stderr
     assert "install.sh: all files match" in done.stderr
@@ -98,7 +110,7 @@ def test_each_hasher_passes_a_bundle_and_names_a_changed_chunk(
     data[1000] ^= 0x01
     chunk.write_bytes(bytes(data))
     (damaged / CHUNKS[2]).unlink()
-    done = check(damaged, tools)
+    done = check(damaged, tools, shell)
     assert done.returncode == 1, done.stderr
     lines = done.stderr.splitlines()
     assert f"{CHUNKS[1]}: FAILED" in lines
@@ -111,7 +123,7 @@ def test_each_hasher_passes_a_bundle_and_names_a_changed_chunk(
     assert "all files match" not in done.stderr
 
 
-def test_no_hasher_is_a_missing_tool(bundle: Path, tmp_path: Path) -> None:
-    done = check(bundle, tool_folder(tmp_path / "bin", {}))
+def test_no_hasher_is_a_missing_tool(bundle: Path, tmp_path: Path, shell: list[str]) -> None:
+    done = check(bundle, tool_folder(tmp_path / "bin", {}), shell)
     assert done.returncode == 2, done.stderr
     assert "install.sh: error: sha256sum not found" in done.stderr

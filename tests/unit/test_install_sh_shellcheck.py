@@ -3,7 +3,8 @@
 the base's layers left out), passes ShellCheck (Debian's `shellcheck`, installed by
 scripts/bootstrap.sh; POSIX sh dialect) with no finding, and dash's parse (`dash -n`). The
 template's two directives say why at its top; any other finding fails here, naming its line
-of the rendered script. So does each arch's images/<arch>/deps.sh.
+of the rendered script. So does each arch's images/<arch>/deps.sh, and each template in
+sglx/bundle/sh/ as it is in the repository.
 """
 
 from __future__ import annotations
@@ -82,6 +83,27 @@ def test_install_sh_passes_shellcheck(tmp_path: Path, arch: str, variant: str) -
         **parts,  # type: ignore[arg-type]
     )  # fmt: skip
     _assert_clean(tmp_path / "install.sh", script)
+
+
+TEMPLATES = sorted(p.name for p in (Path(install_sh.__file__).parent / "sh").glob("*.sh"))
+# A part of install.sh reads variables another part sets (SC2154, SC2034); SC2015 is disabled
+# at install.sh's top, for every part, with its reason.
+PARTS_OF_ONE_SCRIPT = "SC2154,SC2034,SC2015"
+
+
+@pytest.mark.parametrize("name", TEMPLATES)
+def test_each_template_is_plain_sh_that_shellcheck_reads(name: str) -> None:
+    """The templates in sglx/bundle/sh/ as they are in the repository, placeholders and all:
+    what an editor and a reviewer read is shell that ShellCheck and dash accept."""
+    path = Path(install_sh.__file__).parent / "sh" / name
+    checked = subprocess.run(
+        ["shellcheck", "--shell=sh", "--format=gcc", f"--exclude={PARTS_OF_ONE_SCRIPT}",
+         str(path)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert checked.returncode == 0 and not checked.stdout, checked.stdout + checked.stderr
+    parsed = subprocess.run(["dash", "-n", str(path)], capture_output=True, text=True)
+    assert parsed.returncode == 0, parsed.stderr
 
 
 @pytest.mark.parametrize("arch", known_arches())

@@ -48,3 +48,19 @@ def test_a_fact_has_one_home(fact: str) -> None:
         str(path.relative_to(ROOT)) for path in _sources(fact) if pattern.search(path.read_text())
     ]
     assert holders == [home], f"{fact}: defined in {holders}; its home is {home}: import it"
+
+
+MAX_MODULE_LINES = 600
+MODULE_ROOTS = [*PRODUCT, ROOT / "hostchecks"]
+
+
+def test_no_product_module_is_over_600_lines() -> None:
+    """A module past 600 lines holds more than one job (issue 38): split it along its seams."""
+    long = {
+        str(path.relative_to(ROOT)): lines
+        for top in MODULE_ROOTS
+        for path in top.rglob("*.py")
+        if ".egg-info" not in str(path) and "__pycache__" not in path.parts
+        if (lines := len(path.read_text().splitlines())) > MAX_MODULE_LINES
+    }
+    assert not long, f"modules over {MAX_MODULE_LINES} lines: {long}"

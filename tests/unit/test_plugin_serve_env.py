@@ -64,6 +64,7 @@ def serve(
         "SGLX_MODEL": str(model),
         "SGLX_PROBE_ROOT": str(tmp_path / "host"),
         "HOME": str(tmp_path),
+        "TMPDIR": str(tmp_path),  # where sglx-serve leaves its state file
         **USER_ENV,
         "PYTHONPATH": str(REPO / "tests" / "helpers"),
         "SGLX_TEST_PROBE_OUT": str(out),
@@ -159,6 +160,7 @@ def test_the_server_reads_the_mounted_tuned_set_and_another_archs_is_refused(
             "SGLX_PROBE_ROOT": str(work / "host"),
             "SGLX_PREFLIGHT": "off",  # what is tested is the environment; preflight is above
             "HOME": str(work),
+            "TMPDIR": str(work),
             "PYTHONPATH": str(REPO / "tests" / "helpers"),
             "SGLX_TEST_PROBE_OUT": str(out),
         }

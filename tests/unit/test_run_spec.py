@@ -22,6 +22,7 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -267,11 +268,11 @@ def make_bundle(arch: str, where: Path) -> Path:
     return bundle
 
 
-def via_install_sh(bundle: Path, tmp_path: Path) -> dict[str, Any]:
+def via_install_sh(bundle: Path, tmp_path: Path, shell: Sequence[str] = ("sh",)) -> dict[str, Any]:
     record = tmp_path / "argv"
     path = f"{fake_bin(tmp_path / 'bin', record)}:{os.environ['PATH']}"
     done = subprocess.run(
-        ["sh", "install.sh"], cwd=bundle, capture_output=True, text=True, timeout=60,
+        [*shell, "install.sh"], cwd=bundle, capture_output=True, text=True, timeout=60,
         env={**os.environ, "PATH": path},
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -315,6 +316,21 @@ def test_unit_install_sh_and_bundle_install_run_the_same_container(
     assert via_unit(arch) == want
     assert via_install_sh(bundle, tmp_path) == want
     assert via_bundle_install(bundle, monkeypatch) == want
+
+
+@pytest.mark.parametrize(
+    "shell", [["dash"], ["bash", "--posix"], ["busybox", "sh"]], ids=["dash", "bash", "busybox"]
+)
+def test_install_sh_installs_alike_under_each_shell_a_host_may_have(
+    shell: list[str], tmp_path: Path
+) -> None:
+    """dash (Debian's and Ubuntu's sh), bash (RHEL's) and BusyBox's ash (a minimal host; Debian's
+    `busybox`, installed by scripts/bootstrap.sh): the whole install, weights placed in the
+    store and the record written, ends in the same docker run line."""
+    if shutil.which(shell[0]) is None:
+        pytest.fail(f"{shell[0]} is needed: scripts/bootstrap.sh installs it")
+    bundle = make_bundle("cpu", tmp_path)
+    assert via_install_sh(bundle, tmp_path, shell) == expected(run_spec(load_profile("cpu")))
 
 
 def test_gfx1151_passes_its_groups_by_the_hosts_numeric_gid() -> None:

@@ -33,13 +33,9 @@ from helpers.serving_fixtures import (
 from sglx_core import untrusted
 from sglx_core.errors import SglxError
 from sglx_core.profile import Profile, load_profile
-from sglx_core.serving import hardware
-from sglx_core.serving.hardware import (
-    Accelerators,
-    detect,
-    parse_kfd_properties,
-    read_kfd_properties,
-)
+from sglx_core.serving import kfd, probe_root
+from sglx_core.serving.hardware import Accelerators, detect
+from sglx_core.serving.kfd import parse_kfd_properties, read_kfd_properties
 
 GIB = 1 << 30
 
@@ -262,7 +258,7 @@ def test_node_folder_not_a_number(tmp_path: Path) -> None:
 
 def test_too_many_nodes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The walk is bounded (MAX_NODES, 1024; lowered here to keep the test cheap)."""
-    monkeypatch.setattr(hardware, "MAX_NODES", 8)
+    monkeypatch.setattr(kfd, "MAX_NODES", 8)
     root = mi300x_host(tmp_path, 1)
     for index in range(3, 12):
         (root / KFD_NODES / str(index)).mkdir()
@@ -283,7 +279,7 @@ def test_gpus_not_granted_to_the_container_are_not_counted(
             raise PermissionError(errno.EPERM, "Operation not permitted")
         return real_read(path, **kwargs)
 
-    monkeypatch.setattr(hardware, "read_bounded", read)
+    monkeypatch.setattr(probe_root, "read_bounded", read)
     found = _detect("gfx942", root)
     assert (found.model, found.count) == ("mi300x", 2)
     assert found.facts["kfd_nodes_not_granted"] == "4, 5, 6, 7, 8, 9"

@@ -17,9 +17,9 @@ from pathlib import Path
 
 from sglx_core.errors import SglxError
 from sglx_core.report import EXIT_ERROR, Result, error_result, render
+from sglx_core.serving.probe_root import PROBE_ROOT_ENV
 from sglx_platform.image_profile import PROFILE_ENV
 from sglx_platform.preflight.runner import run
-from sglx_platform.probe import PROBE_ROOT_ENV
 
 DEBUG_ENV = "SGLX_DEBUG"
 COMMAND = ("preflight",)

@@ -14,10 +14,11 @@ from pathlib import Path
 
 from sglx_core.profile import Profile
 from sglx_core.profile.schema import DeviceNode
+from sglx_core.serving.probe_root import probe_root
 from sglx_platform.activate import device_flags
 from sglx_platform.failures import FailureClass
 from sglx_platform.preflight.checks import Check, failed
-from sglx_platform.probe import probe, probe_root
+from sglx_platform.probe import probe
 
 
 def check_arch(profile: Profile, checks: list[Check]) -> bool:

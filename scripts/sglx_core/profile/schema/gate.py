@@ -22,7 +22,7 @@ ServedDtype = Literal["float32", "float16", "bfloat16"]
 
 class NumericsTolerance(_Strict):
     """How far served log-probabilities may stray from the float32 reference, for one served
-    dtype (sglx_core.gate.golden.Tolerance; docs/reference/gate.md derives each)."""
+    dtype (sglx_core.gate.golden_compare.Tolerance; docs/reference/gate.md derives each)."""
 
     max_abs: StrictFloat = Field(
         gt=0, description="Largest |served - reference| log-probability at any token of a prompt."
