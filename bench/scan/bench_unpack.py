@@ -34,7 +34,7 @@ from sglx.scan.inventory import names_only
 from sglx.scan.result import build_result
 from sglx.scan.rules import Rules
 from sglx_core.profile import load_profile
-from sglx_core.util import scratch_dir
+from sglx_core.scratch import scratch_dir
 
 MODES: dict[str, Callable[[str], bool]] = {
     "every file written (baseline)": lambda name: False,

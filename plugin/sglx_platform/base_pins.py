@@ -11,8 +11,8 @@ import sys
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+from sglx_core.output_files import atomic_write_text
 from sglx_core.profile import load_profile_file
-from sglx_core.util import atomic_write_text
 
 
 def pins(provides: tuple[str, ...]) -> list[str]:

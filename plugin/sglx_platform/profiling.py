@@ -25,8 +25,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from sglx_core.output_files import atomic_write_text
 from sglx_core.report import Table
-from sglx_core.util import atomic_write_text
 
 logger = logging.getLogger(__name__)
 

@@ -29,9 +29,11 @@ from sglx.base_archive import (
 from sglx.engine import docker_client, image_ids
 from sglx.progress import Progress
 from sglx_core.errors import SglxError
+from sglx_core.hashing import sha256_file
+from sglx_core.processes import run_streaming
 from sglx_core.profile import Profile
 from sglx_core.report import Result, Table
-from sglx_core.util import run_streaming, scratch_dir, sha256_file
+from sglx_core.scratch import scratch_dir
 
 T = TypeVar("T")
 DEBOOTSTRAP_TIMEOUT_S = 1800

@@ -31,8 +31,9 @@ from typing import IO, Any, Literal, TypeGuard
 
 from sglx_core.digests import HEX64
 from sglx_core.errors import SglxError
+from sglx_core.hashing import CHUNK
+from sglx_core.scratch import scratch_dir
 from sglx_core.untrusted import parse_json
-from sglx_core.util import CHUNK, scratch_dir
 
 MAX_MEMBERS = 10_000
 MAX_LAYERS = 500

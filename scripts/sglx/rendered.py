@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from sglx_core.errors import SglxError
+from sglx_core.output_files import atomic_write_text
 from sglx_core.report import Finding, Result
-from sglx_core.util import atomic_write_text
 
 
 def print_write_or_check(

@@ -34,11 +34,11 @@ from pathlib import Path
 from typing import Any
 
 from sglx_core.device_lock import lock_dir_words
+from sglx_core.digests import sha256_hex
 from sglx_core.env_floors import raised
 from sglx_core.errors import SglxError
 from sglx_core.jit_cache import HOST_ENV, MODE, host_folder
 from sglx_core.profile import Profile
-from sglx_core.util import sha256_hex
 from sglx_core.weights_store import entry_folder
 
 MODEL_TARGET = "/models/model"

@@ -34,7 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sglx_core.util import atomic_write_text, file_stamp
+from sglx_core.hashing import file_stamp
+from sglx_core.output_files import atomic_write_text
 
 CACHE_DIR_ENV = "SGLX_CACHE_DIR"
 KEY_NAME = "hmac.key"

@@ -11,7 +11,7 @@ take these facts from here.
 
 from __future__ import annotations
 
-from sglx_core.util import sha256_hex
+from sglx_core.digests import sha256_hex
 
 # The variable every `docker run` sglx writes sets to the host folder, so that the server can
 # name it in a refusal (the container sees only the target).

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from sglx_core.errors import SglxError
+from sglx_core.hashing import sha256_file
 from sglx_core.profile.schema import ModelAssets, Profile
-from sglx_core.util import sha256_file
 
 MAX_ASSET_BYTES = 64 << 20
 """Largest asset hashed (o200k_base.tiktoken is 3.6 MB)."""

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 from sglx_core import untrusted
 from sglx_core.digests import Digest, Sha256
 from sglx_core.errors import SglxError
-from sglx_core.util import atomic_write_text
+from sglx_core.output_files import atomic_write_text
 
 MANIFEST_NAME = "sglx-weights.json"
 MAX_MANIFEST_BYTES = 256 << 20

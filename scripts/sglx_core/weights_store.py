@@ -13,7 +13,7 @@ facts from here.
 
 from __future__ import annotations
 
-from sglx_core.util import sha256_hex
+from sglx_core.digests import sha256_hex
 
 ROOT_ENV = "SGLX_MODELS_ROOT"
 THRESHOLD_ENV = "SGLX_WEIGHTS_OUTSIDE_ABOVE"

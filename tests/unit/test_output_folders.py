@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from sglx_core.errors import SglxError
-from sglx_core.util import MAX_NEW_FOLDERS, make_folders
+from sglx_core.output_files import MAX_NEW_FOLDERS, make_folders
 
 
 def test_a_few_missing_parents_are_created(tmp_path: Path) -> None:

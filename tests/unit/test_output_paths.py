@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from sglx_core.errors import SglxError
-from sglx_core.util import atomic_write_text
+from sglx_core.output_files import atomic_write_text
 
 SGLX = str(Path(sys.executable).parent / "sglx")
 CliRunner = Callable[..., tuple[int, str, str]]

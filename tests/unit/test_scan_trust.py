@@ -31,7 +31,7 @@ from sglx.scan.inventory import names_only
 from sglx.scan.layers import RootWriter
 from sglx_core.errors import SglxError
 from sglx_core.rootfs import MAX_LINKS, RootFS
-from sglx_core.util import remove_tree
+from sglx_core.scratch import remove_tree
 
 CliJson = Callable[..., tuple[int, dict[str, Any]]]
 SITE = "/opt/sglx/venv/lib/python3.11/site-packages"

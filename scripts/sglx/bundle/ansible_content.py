@@ -30,10 +30,10 @@ from sglx.bundle.hashed_files import copy_hashed, write_hashed
 from sglx.bundle.manifest import FileEntry, Kind, Slot
 from sglx_core.digests import HEX64
 from sglx_core.errors import SglxError
+from sglx_core.hashing import sha256_file
 from sglx_core.paths import ansible_dir, host_checks_dir
 from sglx_core.profile import Profile, images_dir
 from sglx_core.sizes import human_bytes
-from sglx_core.util import sha256_file
 
 LOCK_NAME = "ansible.txt"
 SKIP_DIRS = frozenset({"__pycache__"})

@@ -9,7 +9,7 @@ from pathlib import Path
 from sglx.bundle.tarsafe import extract_tar
 from sglx.progress import Progress
 from sglx_core.errors import SglxError
-from sglx_core.util import scratch_dir
+from sglx_core.scratch import scratch_dir
 
 
 @contextmanager

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sglx.progress import Progress
+from sglx_core.hashing import sha256_file
 from sglx_core.sizes import human_bytes
-from sglx_core.util import sha256_file
 
 PROGRESS_EVERY_S = 2.0
 

@@ -52,9 +52,9 @@ from sglx.progress import Progress
 from sglx_core.engines import Engine
 from sglx_core.errors import SglxError
 from sglx_core.jit_cache import ROOT_ENV
+from sglx_core.output_files import make_folders
 from sglx_core.report import Finding, Result, Table
 from sglx_core.sizes import human_bytes
-from sglx_core.util import make_folders
 
 STATE_MARGIN = 1 << 20
 

@@ -34,8 +34,9 @@ from sglx.bundle import layout
 from sglx.bundle.manifest import BundleManifest, FileEntry, sha256_bytes
 from sglx_core.digests import DIGEST
 from sglx_core.errors import SglxError
+from sglx_core.hashing import file_stamp
+from sglx_core.output_files import atomic_write_text
 from sglx_core.untrusted import open_regular, read_json
-from sglx_core.util import atomic_write_text, file_stamp
 
 FORMAT = "sglx-install-record"
 VERSION = 1
@@ -115,7 +116,7 @@ def installed(document: Any, digest: str) -> bool:
 
 
 def stamp(info: os.stat_result) -> list[int]:
-    """The record's form of the file's stamp (sglx_core.util.file_stamp): a JSON list."""
+    """The record's form of the file's stamp (sglx_core.hashing.file_stamp): a JSON list."""
     return list(file_stamp(info))
 
 

@@ -20,9 +20,9 @@ from sglx.bundle.manifest import ImageRecord
 from sglx.progress import Progress
 from sglx.sbom import ImageSbom
 from sglx.scan.rules import Rules
+from sglx_core.processes import default_jobs
 from sglx_core.profile import Profile
 from sglx_core.report import Result
-from sglx_core.util import default_jobs
 
 
 @dataclass(frozen=True)

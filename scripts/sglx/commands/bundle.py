@@ -317,7 +317,7 @@ def _bundle_archive(bundle: Path) -> ScanInput:
 
 
 def _bundle_jobs(args: argparse.Namespace) -> int:
-    from sglx_core.util import default_jobs
+    from sglx_core.processes import default_jobs
 
     return int(args.jobs or min(default_jobs(), MAX_WORKERS))
 

@@ -120,7 +120,7 @@ def _cmd_scan(args: argparse.Namespace) -> Result:
     from sglx.progress import Progress
     from sglx.scan.command import scan_image, scan_paths
     from sglx.scan.rules import Rules
-    from sglx_core.util import default_jobs
+    from sglx_core.processes import default_jobs
 
     if args.root is not None and not args.paths:
         raise SglxError(
@@ -146,7 +146,7 @@ def _cmd_scan(args: argparse.Namespace) -> Result:
                 "--sbom sbom.cdx.json`",
                 code="usage",
             )
-        from sglx_core.util import check_output_file
+        from sglx_core.output_files import check_output_file
 
         check_output_file(args.sbom, label="--sbom file")
     jobs = args.jobs or min(default_jobs(), MAX_WORKERS)
@@ -199,7 +199,7 @@ def _with_sbom(result: Result, sbom: ImageSbom | None, path: Path | None) -> Res
     if sbom is None or path is None:
         return result
     from sglx.sbom.document import summary
-    from sglx_core.util import atomic_write_text
+    from sglx_core.output_files import atomic_write_text
 
     text = sbom.text()
     if text is None:

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from sglx_core.digests import sha256_hex
 from sglx_core.errors import SglxError
 from sglx_core.gate.golden import (
     BUILTIN_PROMPTS,
@@ -40,7 +41,6 @@ from sglx_core.gate.golden import (
     read_prompts,
     write_golden,
 )
-from sglx_core.util import sha256_hex
 
 
 def build_golden(

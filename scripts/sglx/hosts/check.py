@@ -26,11 +26,11 @@ from pathlib import Path
 from sglx.hosts.junit import CheckResult, read_report
 from sglx.progress import Progress
 from sglx_core.errors import SglxError
+from sglx_core.output_files import atomic_write_bytes, check_output_file
 from sglx_core.paths import ansible_dir, host_checks_dir
 from sglx_core.profile import load_profile
 from sglx_core.report import Finding, Result, Table
 from sglx_core.untrusted import file_kind
-from sglx_core.util import atomic_write_bytes, check_output_file
 
 SUITE = host_checks_dir()
 ANSIBLE_CFG = ansible_dir() / "ansible.cfg"

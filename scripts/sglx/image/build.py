@@ -54,7 +54,7 @@ from sglx_core.profile import Profile
 from sglx_core.profile.loader import display_path
 from sglx_core.profile.resolved import profile_digest, resolved_text
 from sglx_core.report import Result, Table
-from sglx_core.util import scratch_dir
+from sglx_core.scratch import scratch_dir
 from sglx_core.weights_store import OUTSIDE_LABEL
 
 BUILD_TIMEOUT_S = 3600

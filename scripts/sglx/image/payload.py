@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from sglx.progress import Progress
-from sglx_core.util import scratch_dir
+from sglx_core.scratch import scratch_dir
 
 
 @dataclass(frozen=True)

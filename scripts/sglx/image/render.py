@@ -11,11 +11,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from sglx_core.output_files import atomic_write_text
 from sglx_core.profile import Profile, images_dir, known_arches, load_profile
 from sglx_core.profile.loader import display_path
 from sglx_core.report import Finding, Result, Table
 from sglx_core.triton_cache import IMAGE_ROOT as TRITON_CACHE_ROOT
-from sglx_core.util import atomic_write_text
 
 TEMPLATE = "Dockerfile.j2"
 DEPS_TEMPLATE = "deps.sh.j2"

@@ -23,9 +23,9 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from sglx_core.errors import SglxError
+from sglx_core.hashing import sha256_file
 from sglx_core.rootfs import Kind, RootFS
 from sglx_core.untrusted import read_bounded
-from sglx_core.util import sha256_file
 
 DPKG_STATUS = "/var/lib/dpkg/status"
 DPKG_INFO = "/var/lib/dpkg/info"

@@ -17,7 +17,7 @@ from sglx.scan.rules import Rules
 from sglx_core.errors import SglxError
 from sglx_core.report import Result
 from sglx_core.rootfs import RootFS
-from sglx_core.util import scratch_dir
+from sglx_core.scratch import scratch_dir
 
 Inspect = Callable[[RootFS, ScanReport], None]
 """Called for each image target while its unpacked root still exists (the SBOM reads it)."""

@@ -42,7 +42,7 @@ from typing import IO
 
 from sglx_core.errors import SglxError
 from sglx_core.rootfs import Kind, Step, follow
-from sglx_core.util import remove_tree
+from sglx_core.scratch import remove_tree
 
 WHITEOUT = ".wh."
 OPAQUE = ".wh..wh..opq"

@@ -42,10 +42,11 @@ from sglx.weights.policy import dtype_policy
 from sglx.weights.writer import write_shard
 from sglx_core import model_assets
 from sglx_core.errors import SglxError
+from sglx_core.hashing import CHUNK, sha256_file
+from sglx_core.processes import default_jobs
 from sglx_core.profile.schema import Profile
 from sglx_core.report import Result, Table
 from sglx_core.sizes import human_bytes
-from sglx_core.util import CHUNK, default_jobs, sha256_file
 from sglx_core.weights_manifest import (
     ConverterRecord,
     FileRecord,

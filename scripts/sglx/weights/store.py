@@ -26,7 +26,7 @@ from pathlib import Path
 from sglx.progress import Progress
 from sglx.weights.signature import SIGNATURE_NAME
 from sglx_core.errors import SglxError
-from sglx_core.util import sha256_file
+from sglx_core.hashing import sha256_file
 from sglx_core.weights_manifest import MANIFEST_NAME, manifest_digest, read_manifest
 from sglx_core.weights_store import ROOT_ENV, entry_name
 

@@ -17,9 +17,9 @@ from pathlib import Path
 from sglx.weights.safetensors_io import read_header
 from sglx.weights.signature import SIGNATURE_NAME
 from sglx_core.errors import SglxError
+from sglx_core.hashing import sha256_handle
 from sglx_core.report import Finding, Result, Table
 from sglx_core.untrusted import open_regular
-from sglx_core.util import sha256_handle
 from sglx_core.weights_manifest import (
     MANIFEST_NAME,
     FileRecord,

@@ -24,7 +24,7 @@ from sglx.wheels.lockfile import UPLOADED_PRIOR_TO, Lock, Wheel, canonical, inpu
 from sglx.wheels.target import Target, target_of
 from sglx_core.errors import SglxError
 from sglx_core.profile import Profile
-from sglx_core.util import scratch_dir
+from sglx_core.scratch import scratch_dir
 
 PIP_TIMEOUT_S = 1800
 

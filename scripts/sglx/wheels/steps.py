@@ -11,10 +11,10 @@ from sglx.wheels import lockfile, wheelhouse
 from sglx.wheels.resolve import resolve
 from sglx.wheels.target import target_of
 from sglx_core.errors import SglxError
+from sglx_core.output_files import atomic_write_text
 from sglx_core.profile import Profile, images_dir
 from sglx_core.profile.loader import display_path
 from sglx_core.report import Finding, Result, Table
-from sglx_core.util import atomic_write_text
 
 WHEELHOUSE_ENV = "SGLX_WHEELHOUSE"
 

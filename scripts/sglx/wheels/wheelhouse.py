@@ -21,7 +21,7 @@ from sglx.verified_cache import VerifiedCache, cacheable
 from sglx.wheels.lockfile import Lock, Wheel
 from sglx.wheels.target import Target
 from sglx_core.errors import SglxError
-from sglx_core.util import sha256_file
+from sglx_core.hashing import sha256_file
 
 # Written into wheelhouses by older sglx, keyed on size and mtime: forgeable, so never read;
 # `fetch` deletes it.

@@ -34,8 +34,9 @@ from typing import Any
 from sglx_core.digests import DIGEST
 from sglx_core.errors import SglxError
 from sglx_core.gate.fields import TOP_LEVEL, FieldCheck, shown
+from sglx_core.hashing import sha256_file
+from sglx_core.output_files import atomic_write_bytes
 from sglx_core.untrusted import parse_json, read_bounded
-from sglx_core.util import atomic_write_bytes, sha256_file
 
 FORMAT_VERSION = 1
 GOLDEN_FILE = "golden.json"
@@ -148,7 +149,7 @@ def golden_digest(document: Mapping[str, Any]) -> str:
 
 
 def file_digest(path: Path) -> str:
-    """``sha256:`` and the hex sha256 of the golden file's bytes (sglx_core.util.sha256_file)."""
+    """``sha256:`` and the hex sha256 of the golden file's bytes (sglx_core.hashing.sha256_file)."""
     return "sha256:" + sha256_file(path)
 
 

@@ -36,8 +36,8 @@ from typing import Any, Literal
 
 from sglx_core.errors import SglxError
 from sglx_core.gate.bench import BENCH_MODULE, DATASET, BenchResult
+from sglx_core.output_files import atomic_write_bytes, atomic_write_text
 from sglx_core.report import Finding, Result, Table
-from sglx_core.util import atomic_write_bytes, atomic_write_text
 
 DEFAULT_FRACTION = 0.7
 MIN_FLEET = 3
