@@ -59,7 +59,7 @@ unit: ## Run the unit tests only (no Docker engine needed)
 	@SGLX_NO_ENGINE=1 bash scripts/bootstrap.sh
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
 
-lint: setup ## ruff (lint and format check), mypy, the import layering contracts, ansible-lint (production profile), the Ansible vars, Prometheus rules and Grafana dashboard drift checks, promtool, and shellcheck of the install.sh sglx renders
+lint: setup ## ruff (lint and format check), mypy, the import layering contracts, ansible-lint (production profile), the Ansible vars, Prometheus rules, Grafana dashboard and bundle.json schema drift checks, promtool, and shellcheck of the install.sh sglx renders
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
@@ -69,6 +69,7 @@ lint: setup ## ruff (lint and format check), mypy, the import layering contracts
 	  $(SGLX) ansible vars --arch $$arch --out ansible/inventory/example/group_vars/$$arch/sglx_profile.yml --check; done
 	$(SGLX) ansible rules --out ansible/prometheus/sglx.rules.yml --check
 	$(SGLX) ansible dashboard --out ansible/prometheus/sglx.dashboard.json --check
+	$(SGLX) bundle schema --out bundles/bundle.schema.json --check
 	promtool check rules ansible/prometheus/sglx.rules.yml
 	$(BIN)/pytest -q -p no:cacheprovider tests/unit/test_install_sh_shellcheck.py
 

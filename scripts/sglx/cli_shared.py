@@ -6,6 +6,7 @@ subparsers type. A module of its own so that the groups (`sglx.<group>.cli`, `sg
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import TypeAlias
 
 Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
@@ -37,3 +38,10 @@ def workers(text: str) -> int:
     if not 1 <= count <= MAX_WORKERS:
         raise argparse.ArgumentTypeError(f"{count} is out of range: give 1 to {MAX_WORKERS}")
     return count
+
+
+def rendered_file_options(p: argparse.ArgumentParser, what: str, handler: object) -> None:
+    """--out FILE and --check, the options of every file sglx renders (sglx.rendered)."""
+    p.add_argument("--out", type=Path, metavar="FILE", help=f"write {what} to FILE")
+    p.add_argument("--check", action="store_true", help="exit 1 if FILE is stale")
+    p.set_defaults(func=handler)

@@ -19,8 +19,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from helpers.engine_fixtures import free_port
+from helpers.engine_fixtures import REPO, free_port
 from helpers.server import http, wait_healthy
+from jsonschema import Draft202012Validator
 
 from sglx.cli import main
 from sglx.engine import image_ids
@@ -43,6 +44,10 @@ def round_trip(docker: Any, cpu_bundle: dict[str, Any], workdir: Path, run_id: s
         assert len(created["image"]["chunks"]) >= 6
         code, verified = cli_json("bundle", "verify", str(bundle), "--no-scan")
         assert (code, verified["findings"]) == (0, []), verified
+        # and the JSON Schema a site's own tools check the manifest with agrees
+        schema = json.loads((REPO / "bundles" / "bundle.schema.json").read_text())
+        manifest = json.loads((Path(bundle) / "bundle.json").read_text())
+        assert [e.message for e in Draft202012Validator(schema).iter_errors(manifest)] == []
 
         docker.images.remove(tag, noprune=True)
         assert image_id not in image_ids(docker)

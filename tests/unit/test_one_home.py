@@ -19,7 +19,10 @@ FACTS = {
     ),
     "sizes for people": ("scripts/sglx_core/sizes.py", re.compile(r"^def human(_bytes)?\(", re.M)),
     "the sha256 of a file": ("scripts/sglx_core/hashing.py", re.compile(r"hashlib\.file_digest\(")),
-    "the worker count": ("scripts/sglx_core/processes.py", re.compile(r"^def default_jobs\(", re.M)),
+    "the worker count": (
+        "scripts/sglx_core/processes.py",
+        re.compile(r"^def default_jobs\(", re.M),
+    ),
     "the file stamp": (
         "scripts/sglx_core/hashing.py",
         re.compile(r"st_dev, \w+\.st_ino, \w+\.st_size"),

@@ -7,9 +7,8 @@ Registered by `sglx.cli`, which owns the shared options and the error envelope.
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
-from sglx.cli_shared import EPILOG, Subparsers
+from sglx.cli_shared import EPILOG, Subparsers, rendered_file_options
 from sglx_core.report import Result
 
 
@@ -32,7 +31,7 @@ def register(
         description="Print the variables as a YAML group_vars file, or write it with --out "
         "(atomically). --check compares --out with the profile and exits 1 when it is stale.",
     )
-    _rendered_file(p, "the variables", _cmd_ansible_vars)
+    rendered_file_options(p, "the variables", _cmd_ansible_vars)
     p = verbs.add_parser(
         "rules",
         parents=[common],
@@ -42,7 +41,7 @@ def register(
         "observability.md). --check compares --out with what sglx renders and exits 1 when it "
         "is stale.",
     )
-    _rendered_file(p, "the rules", _cmd_ansible_rules)
+    rendered_file_options(p, "the rules", _cmd_ansible_rules)
     p = verbs.add_parser(
         "dashboard",
         parents=[common],
@@ -53,14 +52,7 @@ def register(
         "observability.md). --check compares --out with what sglx renders and exits 1 when it "
         "is stale.",
     )
-    _rendered_file(p, "the dashboard", _cmd_ansible_dashboard)
-
-
-def _rendered_file(p: argparse.ArgumentParser, what: str, handler: object) -> None:
-    """--out FILE and --check, the options of every file sglx renders (sglx.rendered)."""
-    p.add_argument("--out", type=Path, metavar="FILE", help=f"write {what} to FILE")
-    p.add_argument("--check", action="store_true", help="exit 1 if FILE is stale")
-    p.set_defaults(func=handler)
+    rendered_file_options(p, "the dashboard", _cmd_ansible_dashboard)
 
 
 def _cmd_ansible_vars(args: argparse.Namespace) -> Result:

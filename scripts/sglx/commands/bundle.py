@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sglx.audit.report import LEVELS
-from sglx.cli_shared import EPILOG, MAX_WORKERS, Subparsers, workers
+from sglx.cli_shared import EPILOG, MAX_WORKERS, Subparsers, rendered_file_options, workers
 from sglx.commands.scan import ScanInput, read_bundles_with
 from sglx_core.errors import SglxError
 from sglx_core.report import Result
@@ -292,6 +292,17 @@ def register(
     p.set_defaults(func=_cmd_bundle_sbom)
 
     p = verbs.add_parser(
+        "schema",
+        parents=[common],
+        help="print (or write) the JSON Schema of bundle.json",
+        description="The JSON Schema (2020-12) of the manifest, generated from the models "
+        "`sglx bundle verify` reads it with, for a site's own tools (bundles/bundle.schema.json; "
+        "docs/reference/bundle.md). --check compares --out with what sglx renders and exits 1 "
+        "when it is stale.",
+    )
+    rendered_file_options(p, "the schema", _cmd_bundle_schema)
+
+    p = verbs.add_parser(
         "inspect",
         parents=[common],
         help="show a bundle's image layers: sizes, carried or taken from the parent or base",
@@ -307,6 +318,12 @@ def register(
     # `sglx scan --bundle DIR`: the scan reads a generic chunked archive; which chunks and
     # wheels a bundle folder holds is this group's to say.
     read_bundles_with(sub, _bundle_archive)
+
+
+def _cmd_bundle_schema(args: argparse.Namespace) -> Result:
+    from sglx.bundle.schema import bundle_schema
+
+    return bundle_schema(args.out, args.check)
 
 
 def _bundle_archive(bundle: Path) -> ScanInput:
