@@ -121,6 +121,10 @@ class Fleet:
                 # Every version of the fleet runs with it, so hosts differ only where a test
                 # makes them differ (test_rollout_serves_on_both_hosts_idempotently reads it).
                 "sglang_service_args": ["--download-dir", ODD_ARG],
+                # The serving gate on a timer (issue 41), installed by every rollout; its period
+                # so long that no run starts by itself during the suite (one is started by hand).
+                "sglang_service_gate_timer": True,
+                "sglang_service_gate_timer_minutes": 600,
                 # The engine mounts this machine's path: the host sees it at the same one.
                 "sglang_service_jit_cache_root": str(jit_root(self.work, host)),
                 **host_vars.get(host.name, {}),
@@ -523,6 +527,16 @@ def test_rollout_serves_on_both_hosts_idempotently(
         assert "all files match" in log  # install.sh verified every file on this host
         # The shared engine had the image already, so neither host loaded it again.
         assert "the engine already has image" in log
+    # The serving gate on a timer (issue 41): waiting on both hosts; a run started by hand
+    # judges host-a's served numbers and writes the node exporter's textfile and the record.
+    for host in (a, b):
+        assert host.exec("systemctl is-active sglx-server-gate.timer").strip() == "active"
+    a.exec("systemctl start sglx-server-gate.service")
+    record = json.loads(a.exec("cat /var/lib/sglx/gate-timer.json"))
+    assert record["passed"] and record["checks"]["numerics"]["passed"], record
+    prom = a.exec("cat /var/lib/prometheus/node-exporter/sglx_gate.prom")
+    assert 'sglx_gate_check_passed{check="numerics"} 1.0' in prom, prom
+    assert "sglx-gate: host-a: numerics passed" in a.exec("journalctl -u sglx-server-gate")
     code, again = fleet.play(roll_inv, "rollout.yml", "-e", f"sglx_bundle_path={v1}", *BOTH)
     assert code == 0, again
     # (localhost: the play that seeds a site registry, skipped without one.)

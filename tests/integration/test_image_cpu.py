@@ -264,6 +264,85 @@ def test_the_image_carries_its_golden_numerics_and_serves_them(
     assert len(report["data"]["prompts"]) == len(BUILTIN_PROMPTS)
 
 
+GATE_TICK = (
+    Path(__file__).resolve().parents[2] / "ansible/roles/sglang_service/files/sglx-gate-tick.py"
+)
+
+
+def _gate_tick(
+    started: Started, tmp: Path, *extra: str, container: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """The role's timer script as sglx-gate.service runs it, here against the test's container."""
+    url = f"http://127.0.0.1:{load_profile('cpu').container.port}"
+    return subprocess.run(
+        [sys.executable, str(GATE_TICK), "--container", container or started.name, "--url", url,
+         "--host", "host-a", "--unit", "sglx-server.service", "--textfile",
+         str(tmp / "textfile" / "sglx_gate.prom"), "--record", str(tmp / "gate.json"), *extra],
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+
+
+def _series(textfile: Path) -> dict[tuple[str, str], float]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {
+        (sample.name, sample.labels.get("check", "")): sample.value
+        for family in text_string_to_metric_families(textfile.read_text())
+        for sample in family.samples
+    }
+
+
+def test_the_gate_timer_judges_the_served_numbers_and_writes_series_and_a_record(
+    served: tuple[str, Path, Any], started: Started, tmp_path: Path
+) -> None:
+    """Issue 41: the cheap checks the host's timer runs (health, the golden replay), from the
+    role's own script through `docker exec` into the container: the node exporter's textfile
+    and the JSON record. A failing run alerts (the default policy), naming the check; a
+    `restart` policy past its rate limit only alerts; a run that cannot judge (no container)
+    writes its record and leaves the textfile as it was, so its timestamp ages."""
+    done = _gate_tick(started, tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "sglx-gate: host-a: numerics passed: the served numbers match" in done.stdout
+    series = _series(tmp_path / "textfile" / "sglx_gate.prom")
+    assert series[("sglx_gate_check_passed", "health")] == 1.0
+    assert series[("sglx_gate_check_passed", "numerics")] == 1.0
+    assert series[("sglx_gate_last_run_timestamp_seconds", "")] > 1.7e9
+    record = json.loads((tmp_path / "gate.json").read_text())
+    assert (record["passed"], record["judged"], record["actions"]) == (True, True, [])
+    assert record["checks"]["numerics"]["passed"] is True
+
+    # A server that does not answer (a port nothing listens on, inside the container).
+    wrong = subprocess.run(
+        [sys.executable, str(GATE_TICK), "--container", started.name, "--url",
+         "http://127.0.0.1:1", "--host", "host-a", "--unit", "sglx-server.service",
+         "--textfile", str(tmp_path / "textfile" / "sglx_gate.prom"),
+         "--record", str(tmp_path / "gate.json")],
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert wrong.returncode == 1, wrong.stdout + wrong.stderr
+    assert "host-a: health FAILED: /health did not answer" in wrong.stdout
+    assert "remediation (alert): alert" in wrong.stdout
+    series = _series(tmp_path / "textfile" / "sglx_gate.prom")
+    assert series[("sglx_gate_check_passed", "health")] == 0.0
+    assert series[("sglx_gate_check_passed", "numerics")] == 0.0
+
+    # restart, with this window's one restart already taken: rate limited, no systemctl.
+    now = json.loads((tmp_path / "gate.json").read_text())["finished_at"]
+    taken = {"passed": False, "actions": [{"action": "restart", "at": now, "why": "earlier"}]}
+    (tmp_path / "gate.json").write_text(json.dumps(taken))
+    limited = _gate_tick(started, tmp_path, "--remediation", "restart", container="sglx-none")
+    assert limited.returncode == 2, limited.stdout + limited.stderr
+    assert "could not run the checks" in limited.stdout
+    assert "rate limited" in limited.stdout
+    record = json.loads((tmp_path / "gate.json").read_text())
+    assert record["judged"] is False and len(record["actions"]) == 1
+    # the textfile keeps the last judged run
+    assert (
+        _series(tmp_path / "textfile" / "sglx_gate.prom")[("sglx_gate_check_passed", "health")]
+        == 0.0
+    )
+
+
 def test_the_image_benchmarks_its_server_with_sglangs_bench_serving(
     served: tuple[str, Path, Any],
 ) -> None:

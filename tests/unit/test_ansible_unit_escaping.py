@@ -65,6 +65,8 @@ PLAY = """
       loop:
         - {src: server.service.j2, dest: sglx-server.service}
         - {src: server.env.j2, dest: sglx-server.env}
+        - {src: gate.service.j2, dest: sglx-server-gate.service}
+        - {src: gate.timer.j2, dest: sglx-server-gate.timer}
       vars:
         __sglang_service_device_paths: >-
           {{ __sglang_service_nodes.results | default([]) | map(attribute='files') | flatten
@@ -269,6 +271,8 @@ def test_hostile_but_legal_values_reach_systemd_and_docker_unchanged(public: Pat
         sglang_service_env={"SPACED": "profile's value"},
         sglang_service_extra_env=HOSTILE_ENV,
         sglx_arch="cpu %n",
+        sglang_service_gate_textfile_dir=str(odd / "textfile %h dir"),
+        sglang_service_gate_timer_record=str(odd / "gate $HOME.json"),
     )  # fmt: skip
     code, out = play(public, {"node": host})
     assert code == 0, out
@@ -292,6 +296,27 @@ def test_hostile_but_legal_values_reach_systemd_and_docker_unchanged(public: Pat
     }
     env = (public / "out" / "node" / "sglx-server.env").read_text()
     assert docker_env_file(env) == HOSTILE_ENV
+
+    # The gate timer's service (issue 41) runs the role's script with the same values, each
+    # one word; the timer starts it every sglang_service_gate_timer_minutes.
+    gate, timer = (
+        public / "out" / "node" / f"sglx-server-gate.{kind}" for kind in ("service", "timer")
+    )
+    analyze = shutil.which("systemd-analyze")
+    assert analyze is not None
+    checked = subprocess.run([analyze, "verify", "--man=no", str(gate), str(timer)],
+                             capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    assert checked.returncode == 0 and gate.name not in checked.stderr, checked.stderr
+    assert "OnUnitActiveSec=15min\nUnit=sglx-server-gate.service\n" in timer.read_text()
+    (public / "gate").mkdir(mode=0o755)
+    assert commands(gate, public / "gate") == {"ExecStart": [[
+        "/usr/bin/python3", "/usr/local/libexec/sglx/sglx-gate-tick",
+        "--container", "sglx-server", "--url", "http://127.0.0.1:30000", "--host", "node",
+        "--unit", "sglx-server.service", "--docker", str(docker),
+        "--textfile", str(odd / "textfile %h dir" / "sglx_gate.prom"),
+        "--record", str(odd / "gate $HOME.json"), "--remediation", "alert",
+        "--max-restarts", "1", "--window", "3600", "--interval", "900", "--timeout", "300",
+    ]]}  # fmt: skip
 
 
 def test_a_plain_unit_is_written_as_before(public: Path) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+import sglx_platform.gate_tick
 import sglx_platform.metrics
 from sglx.grafana_dashboard import (
     DASHBOARD_FILE,
@@ -56,7 +57,8 @@ def test_every_alert_fires_in_a_promtool_case() -> None:
 
 
 def _written_series() -> set[str]:
-    """Every series name sglang 0.5.23 declares, and sglx's (sglx_platform.metrics)."""
+    """Every series name sglang 0.5.23 declares, and sglx's (sglx_platform.metrics, and the
+    gate timer's, sglx_platform.gate_tick)."""
     import sglang
 
     root = Path(sglang.__file__).parent / "srt"
@@ -65,6 +67,8 @@ def _written_series() -> set[str]:
         names |= set(re.findall(r'name="(sglang:[a-z_]+)"', path.read_text(errors="replace")))
     source = Path(sglx_platform.metrics.__file__).read_text()
     names |= {"sglx_" + n for n in re.findall(r'PREFIX \+ "([a-z_]+)"', source)}
+    gate = Path(sglx_platform.gate_tick.__file__).read_text()
+    names |= set(re.findall(r'Gauge\(\s*"(sglx_[a-z_]+)"', gate))
     return names | {"up"}  # Prometheus's own, per target
 
 
