@@ -537,6 +537,30 @@ def test_rollout_serves_on_both_hosts_idempotently(
     prom = a.exec("cat /var/lib/prometheus/node-exporter/sglx_gate.prom")
     assert 'sglx_gate_check_passed{check="numerics"} 1.0' in prom, prom
     assert "sglx-gate: host-a: numerics passed" in a.exec("journalctl -u sglx-server-gate")
+    # Its remediation acting through systemd, on a unit of its own (the server is left alone):
+    # a failing run restarts it once, the next is rate limited, and `stop` stops it.
+    b.exec("printf '[Service]\\nExecStart=/bin/sleep infinity\\n' "
+           ">/etc/systemd/system/sglx-dummy.service && systemctl daemon-reload "
+           "&& systemctl start sglx-dummy")  # fmt: skip
+    tick = ("python3 /usr/local/libexec/sglx/sglx-gate-tick --container "
+            f"{b.container}-server --url http://127.0.0.1:1 --host host-b --unit "
+            "sglx-dummy.service --textfile /tmp/gate/sglx_gate.prom --record /tmp/gate/gate.json "
+            "--remediation")  # fmt: skip
+    try:
+        pid = b.exec("systemctl show -p MainPID --value sglx-dummy").strip()
+        said = b.exec(f"{tick} restart || true")
+        assert "host-b: health FAILED" in said and "remediation (restart): restart" in said, said
+        assert b.exec("systemctl show -p MainPID --value sglx-dummy").strip() not in ("0", pid)
+        said = b.exec(f"{tick} restart || true")
+        assert "rate limited" in said, said
+        actions = json.loads(b.exec("cat /tmp/gate/gate.json"))["actions"]
+        assert [x["action"] for x in actions] == ["restart"], actions
+        said = b.exec(f"{tick} stop || true")
+        assert "remediation (stop): stop" in said, said
+        assert b.exec("systemctl is-active sglx-dummy || true").strip() == "inactive"
+    finally:
+        b.exec("systemctl stop sglx-dummy; rm -rf /etc/systemd/system/sglx-dummy.service "
+               "/tmp/gate; systemctl daemon-reload", check=False)  # fmt: skip
     code, again = fleet.play(roll_inv, "rollout.yml", "-e", f"sglx_bundle_path={v1}", *BOTH)
     assert code == 0, again
     # (localhost: the play that seeds a site registry, skipped without one.)
