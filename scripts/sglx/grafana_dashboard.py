@@ -13,13 +13,14 @@ import json
 from pathlib import Path
 from typing import Any
 
-from sglx.prometheus_rules import JOB, WINDOW
+from sglx.prometheus_rules import GATE_JOB, JOB, WINDOW
 from sglx.rendered import print_write_or_check
 from sglx_core.report import Result
 
 DASHBOARD_FILE = Path("ansible/prometheus/sglx.dashboard.json")
 UID = "sglx-fleet"
 SELECTED = f'job="{JOB}", fleet=~"$fleet", host=~"$host"'  # the dashboard's choice of hosts
+GATE_SELECTED = f'job="{GATE_JOB}", fleet=~"$fleet", host=~"$host"'  # their gate timers' series
 RATE = "5m"
 # Panels: (title, unit, [(query, legend)]). Each query names its series once; `SELECTED`
 # narrows it to the hosts chosen at the top of the dashboard.
@@ -88,6 +89,21 @@ PANELS: list[tuple[str, str, list[tuple[str, str]]]] = [
         "Server starts in the last hour",
         "short",
         [(f"changes(sglx_server_start_time_seconds{{{SELECTED}}}[1h])", "{{host}}")],
+    ),
+    (
+        "Serving gate on its timer: each check's last result (1 passed, 0 failed)",
+        "short",
+        [
+            (
+                f"min by (host, check) (sglx_gate_check_passed{{{GATE_SELECTED}}})",
+                "{{host}} {{check}}",
+            )
+        ],
+    ),
+    (
+        "Serving gate on its timer: time since its last judged run",
+        "s",
+        [(f"time() - sglx_gate_last_run_timestamp_seconds{{{GATE_SELECTED}}}", "{{host}}")],
     ),
 ]
 

@@ -9,9 +9,12 @@ site's Prometheus; tests/prometheus/ holds their `promtool test rules` cases).
 The series are sglang's (`--enable-metrics`, on by default: sglx_core.observability) and
 sglx's (sglx_platform.metrics), scraped as the job `sglx`, each target labelled with its
 `fleet`: the hosts that serve the same bundle and profile, and so must serve alike. The gate
-timer's (sglx_platform.gate_tick) come through the node exporter's textfile collector, under
-whatever job the site scrapes its node exporters as, so their rules name no job.
-docs/reference/observability.md gives every alert's meaning and fix.
+timer's (sglx_platform.gate_tick) come through the node exporter's textfile collector, scraped
+as the job `sglx-gate` (the same `fleet` and `host` labels) or in whatever job the site scrapes
+its node exporters as, so their rules name no job.
+The communication share (seed S0-36) has no series of sglang's: `sglx trace comm-share
+--textfile` writes it from profiler traces for the same collector, so its alert fires where an
+operator measured. docs/reference/observability.md gives every alert's meaning and fix.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from sglx_core.report import Result
 
 RULES_FILE = Path("ansible/prometheus/sglx.rules.yml")
 JOB = "sglx"
+GATE_JOB = "sglx-gate"  # the gate timer's series at each host's node exporter (sglx_prometheus)
 WINDOW = "15m"  # throughput is judged over served traffic of this long, never one sample
 KV_FULL = 0.95  # sglang:token_usage: the share of the KV cache's tokens in use
 KV_FOR = "10m"
@@ -111,7 +115,7 @@ def rules_document() -> dict[str, Any]:
         ),
         _alert(
             "SglxNumericsDrift",
-            'min by (instance) (sglx_gate_check_passed{check="numerics"}) == 0',
+            'min by (fleet, host, instance) (sglx_gate_check_passed{check="numerics"}) == 0',
             "0m",
             "critical",
             "{{ $labels.instance }} serves numbers that drift from its image's golden file",
@@ -129,6 +133,17 @@ def rules_document() -> dict[str, Any]:
             f"{MISSED_RUNS} intervals",
             "on the host: systemctl status sglx-server-gate.timer and journalctl -u "
             "sglx-server-gate (a rollout stops the timer until its health gate passes)",
+        ),
+        _alert(
+            "SglxCommShareHigh",
+            "sglx_comm_share_ratio > sglx_comm_share_max_ratio",
+            "0m",
+            "warning",
+            "collectives took {{ $value | humanizePercentage }} of a rank's busy time in the "
+            "last profiled steps of {{ $labels.instance }}, above the profile's bound",
+            "fewer tensor-parallel ranks per replica and more replicas, a serving group kept "
+            "inside one node's fast links, the arch's custom or quantized all-reduce (the hint "
+            "of sglx trace comm-share); profile again and re-run it with --textfile to clear",
         ),
     ]
     return {

@@ -89,13 +89,17 @@ def make_folders(folder: Path, *, label: str = "output folder", mode: int = 0o77
             ) from None
 
 
-def atomic_write_bytes(path: Path, data: bytes, *, label: str = "output file") -> None:
-    """Write `data` to `path` through a temporary file (mode 0600) in the same folder, then
-    rename; refused, with nothing written, unless `check_output_file` accepts `path`."""
+def atomic_write_bytes(
+    path: Path, data: bytes, *, label: str = "output file", mode: int = 0o600
+) -> None:
+    """Write `data` to `path` through a temporary file (`mode`, 0600 unless another reader
+    needs it) in the same folder, then rename; refused, with nothing written, unless
+    `check_output_file` accepts `path`."""
     check_output_file(path, label=label)
     make_folders(path.parent, label=label)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
+        os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
         Path(tmp).replace(path)
@@ -104,6 +108,8 @@ def atomic_write_bytes(path: Path, data: bytes, *, label: str = "output file") -
         raise
 
 
-def atomic_write_text(path: Path, text: str, *, label: str = "output file") -> None:
+def atomic_write_text(
+    path: Path, text: str, *, label: str = "output file", mode: int = 0o600
+) -> None:
     """`atomic_write_bytes` of `text` in UTF-8."""
-    atomic_write_bytes(path, text.encode("utf-8"), label=label)
+    atomic_write_bytes(path, text.encode("utf-8"), label=label, mode=mode)

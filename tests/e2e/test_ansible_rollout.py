@@ -85,8 +85,10 @@ class Fleet:
         hosts: list[SshHost],
         key: Path,
         ports: dict[str, int],
+        exporter_ports: dict[str, int],
     ):
         self.work, self.hosts, self.key, self.ports = work, hosts, key, ports
+        self.exporter_ports = exporter_ports  # each host's node exporter (the gate's series)
         self.inventories: dict[str, Path] = {}
         self.state: dict[str, Any] = {}
         self.watching = ExitStack()  # the real Prometheus scraping the fleet, while it runs
@@ -125,6 +127,7 @@ class Fleet:
                 # so long that no run starts by itself during the suite (one is started by hand).
                 "sglang_service_gate_timer": True,
                 "sglang_service_gate_timer_minutes": 600,
+                "sglang_service_gate_node_exporter_port": self.exporter_ports[host.name],
                 # The engine mounts this machine's path: the host sees it at the same one.
                 "sglang_service_jit_cache_root": str(jit_root(self.work, host)),
                 **host_vars.get(host.name, {}),
@@ -187,10 +190,10 @@ class Fleet:
         code, out = self.play(inventory, "monitoring.yml",
                               "-e", f"sglx_prometheus_config_dir={config}")  # fmt: skip
         assert code == 0, out
+        folder = self.work / f"prometheus-{len(list(self.work.glob('prometheus-[0-9]*')))}"
         return self.watching.enter_context(
-            prometheus(self.work / "prometheus", config / "sglx.scrape.yml",
-                       config / "rules" / "sglx.rules.yml")
-        )  # fmt: skip
+            prometheus(folder, config / "sglx.scrape.yml", config / "rules" / "sglx.rules.yml")
+        )
 
     def unwatch(self) -> None:
         self.watching.close()
@@ -302,7 +305,8 @@ def fleet(
     ]
     bundles = work / "bundles"
     bundles.mkdir()
-    fleet = Fleet(work, hosts, key, {h.name: free_port() for h in hosts})
+    fleet = Fleet(work, hosts, key, {h.name: free_port() for h in hosts},
+                  {h.name: free_port() for h in hosts})  # fmt: skip
     # Images a test adds (the upgrade's v2): removed after the servers that may still run them.
     added_images: list[str] = []
     making = ThreadPoolExecutor(max_workers=1)
@@ -320,6 +324,7 @@ def fleet(
             jit = jit_root(work, host)
             jit.mkdir()
             host.start(image, ["-v", f"{shared}:{shared}:ro", "-v", f"{jit}:{jit}"])
+            host.serve_node_exporter(fleet.exporter_ports[host.name])
         fleet.state["added_images"] = added_images
         fleet.state["v2"] = v2
         yield fleet
@@ -764,8 +769,11 @@ def test_hosts_serving_other_numbers_or_too_slowly_fail_the_gate_and_are_rolled_
         # which group_runs_the_same does not count as a difference. Its speed gate is off (the
         # break above judged speed; a benchmark here would cost the suite half a minute).
         cut = {**cut, "sglang_service_metrics": False, "sglang_service_gate_speed": False}
-        ungated = {"host-a": {**cut, "sglang_service_gate_numerics": False}}
-        code, out = fleet.play(fleet.inventory("cut-ungated", "cpu", ungated), "rollout.yml",
+        # Its gate timer remediates by a restart (issue 41): drift_fires_and_restarts_once.
+        ungated = {"host-a": {**cut, "sglang_service_gate_numerics": False,
+                              "sglang_service_gate_remediation": "restart"}}  # fmt: skip
+        ungated_inventory = fleet.inventory("cut-ungated", "cpu", ungated)
+        code, out = fleet.play(ungated_inventory, "rollout.yml",
                                "-e", f"sglx_bundle_path={v1}", *BOTH)  # fmt: skip
         assert code == 0, out
         code, report = fleet.check(
@@ -783,11 +791,52 @@ def test_hosts_serving_other_numbers_or_too_slowly_fail_the_gate_and_are_rolled_
         assert (seen["metrics_served"], seen["served_speed"]) == ("skipped", "skipped"), report
         assert http(f"http://127.0.0.1:{fleet.ports['host-a']}/metrics", None, 30)[0] == 404
         assert "SGLX_METRICS=0" in a.exec("cat /etc/sglx/sglx-server.env")
+        drift_fires_and_restarts_once(fleet, ungated_inventory, drift.group(1))
     except BaseException:  # host-a back on the image's own model, for the tests after this one
         fleet.play(fleet.inventories["roll"], "rollout.yml", "-e", f"sglx_bundle_path={v1}", *BOTH)
         raise
     # Passed: host-a stays on the cut folder, ungated; the failed upgrade after this test moves
     # it to the second version (its inventory names no model folder), a restart saved.
+
+
+def drift_fires_and_restarts_once(fleet: Fleet, inventory: Path, prompt: str) -> None:
+    """Issue 41 on the fleet as it is: host-a serves the cut weights and its gate timer's
+    policy is `restart`. A real Prometheus scrapes both hosts' node exporters (job sglx-gate,
+    monitoring.yml). host-a's timed run fails the numerics, restarts the server once and
+    SglxNumericsDrift fires for host-a alone; the next run, the rate limit spent, only alerts."""
+    a, _ = fleet.hosts
+    prom = fleet.watch(inventory)
+    scraped = lambda: sorted(s["metric"]["host"] for s in prom.query('up{job="sglx-gate"} == 1'))  # noqa: E731
+    prom.wait_for("scrape of both node exporters", lambda: scraped() == ["host-a", "host-b"])
+    started = a.exec("systemctl show -p ExecMainStartTimestampMonotonic --value sglx-server")
+    a.exec("systemctl start sglx-server-gate.service")  # returns when the run has ended
+    record = json.loads(a.exec("cat /var/lib/sglx/gate-timer.json"))
+    judged = record["finished_at"]  # the checks' end; the series land, then the restart
+    assert record["remediation"] == "restart", record
+    assert f"prompt '{prompt}': served numbers drift" in record["checks"]["numerics"]["message"]
+    assert [x["action"] for x in record["actions"]] == ["restart"], record
+    again = a.exec("systemctl show -p ExecMainStartTimestampMonotonic --value sglx-server")
+    assert again != started, (started, again)  # systemd started the server anew
+    firing = [("SglxNumericsDrift", "host-a", "firing")]
+    prom.wait_for("SglxNumericsDrift firing for host-a", lambda: [
+        (x["labels"]["alertname"], x["labels"].get("host"), x["state"]) for x in prom.alerts()
+    ] == firing)  # fmt: skip
+    (alert,) = prom.alerts()
+    active = datetime.fromisoformat(re.sub(r"(\.\d{6})\d*", r"\1", alert["activeAt"]))
+    latency = active.timestamp() - judged
+    fleet.note(f"prometheus: SglxNumericsDrift for host-a active {latency:.1f} s after its "
+               "timed run judged (scrape, evaluation every 1 s; the rule waits 0m)")  # fmt: skip
+    a.exec("systemctl start sglx-server-gate.service")
+    record = json.loads(a.exec("cat /var/lib/sglx/gate-timer.json"))
+    assert "rate limited" in record["remediation"], record
+    assert [x["action"] for x in record["actions"]] == ["restart"], record
+    journal = a.exec("journalctl -u sglx-server-gate -o cat")
+    assert "host-a: remediation (restart): restart" in journal, journal
+    assert "host-a: remediation (restart): alert (restarted 1 times" in journal, journal
+    fleet.unwatch()
+    # Out of service until the next rollout (the failed upgrade: its own restart), so the one
+    # the gate began does not take the suite's cores from it.
+    a.exec("systemctl stop sglx-server")
 
 
 def truncated_model(work: Path, image: str) -> Path:

@@ -22,12 +22,15 @@ from pathlib import Path
 
 from helpers.child_env import child_environment
 
-# What a test host is built from, on top of the debootstrapped Debian base.
+# What a test host is built from, on top of the debootstrapped Debian base. Debian's node
+# exporter, as a site runs it, is left disabled: both hosts share this machine's network, so
+# each is started on a port of its own (SshHost.serve_node_exporter).
 DOCKERFILE = """FROM {base}
 RUN apt-get update -qq \\
  && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \\
-      systemd systemd-sysv openssh-server sudo python3 >/dev/null \\
- && rm -rf /var/lib/apt/lists/*
+      systemd systemd-sysv openssh-server sudo python3 prometheus-node-exporter >/dev/null \\
+ && rm -rf /var/lib/apt/lists/* \\
+ && systemctl disable prometheus-node-exporter.service
 # The docker CLI only (the engine is this machine's, reached through its socket).
 COPY docker /usr/bin/docker
 COPY authorized_keys /home/ops/.ssh/authorized_keys
@@ -120,6 +123,14 @@ class SshHost:
             "printf '%s\\n' '#!/bin/sh' '[ \"$*\" = \"-F version amdgpu\" ] || exit 1'"
             " 'echo 6.16.6' >/usr/local/sbin/modinfo && chmod 0755 /usr/local/sbin/modinfo"
         )
+
+    def serve_node_exporter(self, port: int) -> None:
+        """Debian's node exporter on 127.0.0.1:`port`, its textfile collector alone reading the
+        package's folder (/var/lib/prometheus/node-exporter: the gate timer's default)."""
+        args = (f"--web.listen-address=127.0.0.1:{port} --collector.disable-defaults "
+                "--collector.textfile")  # fmt: skip
+        self.exec(f"printf 'ARGS=\"%s\"\\n' '{args}' >/etc/default/prometheus-node-exporter"
+                  " && systemctl start prometheus-node-exporter")  # fmt: skip
 
     def remove(self) -> None:
         sh("docker", "rm", "-f", self.container, check=False)

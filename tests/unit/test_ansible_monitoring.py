@@ -29,16 +29,25 @@ needs_promtool = pytest.mark.skipif(
 
 def inventory(tmp_path: Path) -> Path:
     """Five hosts: one on its own port, one publishing on an address, a serving group of two
-    (rank 1 runs no HTTP server), one with metrics off."""
+    (rank 1 runs no HTTP server nor gate timer), one with metrics off; host-b's node exporter
+    on a port of its own, quiet's gate series taken by the site's own node job (port 0)."""
     folder = tmp_path / "inventory"
     (folder / "group_vars" / "sglx").mkdir(parents=True)
     shutil.copy(PROFILE, folder / "group_vars" / "sglx" / "sglx_profile.yml")
     hosts = {
         "host-a": {"ansible_host": "10.0.0.1", "sglang_service_host_port": 31001},
-        "host-b": {"ansible_host": "10.0.0.2", "sglang_service_publish_address": "127.0.0.1"},
+        "host-b": {
+            "ansible_host": "10.0.0.2",
+            "sglang_service_publish_address": "127.0.0.1",
+            "sglang_service_gate_node_exporter_port": 9911,
+        },
         "node-0": {"ansible_host": "10.0.0.3", "sglang_service_fleet": "big-model"},
         "node-1": {"ansible_host": "10.0.0.4", "sglang_service_fleet": "big-model"},
-        "quiet": {"ansible_host": "10.0.0.5", "sglang_service_metrics": False},
+        "quiet": {
+            "ansible_host": "10.0.0.5",
+            "sglang_service_metrics": False,
+            "sglang_service_gate_node_exporter_port": 0,
+        },
     }
     document = {
         "all": {"vars": {"ansible_python_interpreter": sys.executable}},
@@ -85,8 +94,21 @@ def test_targets_job_and_rules_land_checked_and_idempotent(tmp_path: Path) -> No
         "nodes": "2",
     }
     assert targets["host-a"]["labels"]["fleet"] == "cpu"  # the arch, unless the site says
-    ((job,),) = [yaml.safe_load((prometheus / "sglx.scrape.yml").read_text())]
-    assert job["job_name"] == "sglx", job
+    # The gate timer's node exporters (on by default; rank 0 only; quiet's port is 0).
+    gate = by_host(json.loads((prometheus / "file_sd" / "sglx-gate.json").read_text()))
+    assert sorted(gate) == ["host-a", "host-b", "node-0"], gate
+    assert (gate["host-a"]["targets"], gate["host-b"]["targets"]) == (
+        ["10.0.0.1:9100"], ["127.0.0.1:9911"])  # fmt: skip
+    assert gate["node-0"]["labels"] == {
+        "host": "node-0", "arch": "cpu", "fleet": "big-model", "serving_group": "pair"}  # fmt: skip
+    (job, gate_job) = yaml.safe_load((prometheus / "sglx.scrape.yml").read_text())
+    assert (job["job_name"], gate_job["job_name"]) == ("sglx", "sglx-gate"), job
+    assert gate_job["file_sd_configs"] == [
+        {"files": [str(prometheus / "file_sd" / "sglx-gate.json")]}]  # fmt: skip
+    # only the gate's and the communication share's series: the site's own node job keeps the rest
+    (keep,) = gate_job["metric_relabel_configs"]
+    assert (keep["source_labels"], keep["regex"], keep["action"]) == (
+        ["__name__"], "sglx_(gate|comm_share)_.+", "keep")  # fmt: skip
     assert job["file_sd_configs"] == [{"files": [str(prometheus / "file_sd" / "sglx.json")]}]
     # sglang's names, which Prometheus 2.x receives escaped (sglang_NAME), put back
     (relabel,) = job["metric_relabel_configs"]
@@ -97,7 +119,7 @@ def test_targets_job_and_rules_land_checked_and_idempotent(tmp_path: Path) -> No
     # the configuration, the rules and the targets file together.
     config = {
         "rule_files": [str(prometheus / "rules" / "sglx.rules.yml")],
-        "scrape_configs": [job],
+        "scrape_configs": [job, gate_job],
     }
     (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
     checked = subprocess.run(["promtool", "check", "config", str(tmp_path / "prometheus.yml")],

@@ -83,6 +83,37 @@ def test_the_cli_names_a_rank_above_the_threshold_with_the_fixes(
     assert code == 0
 
 
+def test_the_share_lands_as_series_for_the_textfile_collector(
+    tmp_path: Path, sglx_json: Any
+) -> None:
+    """`--textfile`: the highest rank's share, the profile's bound and when, parsed back by the
+    Prometheus client's own parser, in a file the node exporter's user can read; a path that is
+    no regular file is refused before anything is read."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    busy = write(tmp_path / "TP-0.trace.json.gz",
+                 [kernel("gemm", 0, 100), kernel("ncclDevKernel_AllReduce", 100, 300)])  # fmt: skip
+    calm = write(tmp_path / "TP-1.trace.json.gz",
+                 [kernel("gemm", 0, 900), kernel("ncclDevKernel_AllReduce", 900, 100)])  # fmt: skip
+    out = tmp_path / "node-exporter" / "sglx_comm_share.prom"
+    code, _ = sglx_json("trace", "comm-share", str(busy), str(calm), "--arch", "gfx942",
+                        "--textfile", str(out))  # fmt: skip
+    assert code == 1  # the finding stands; the series say the same to Prometheus
+    series = {
+        sample.name: sample.value
+        for family in text_string_to_metric_families(out.read_text())
+        for sample in family.samples
+    }
+    assert series["sglx_comm_share_ratio"] == 0.75
+    assert series["sglx_comm_share_max_ratio"] == RULES.max_share
+    assert series["sglx_comm_share_measured_timestamp_seconds"] > 1.7e9
+    assert out.stat().st_mode & 0o777 == 0o644
+    (tmp_path / "folder").mkdir()
+    code, said = sglx_json("trace", "comm-share", str(busy), "--arch", "gfx942",
+                           "--textfile", str(tmp_path / "folder"))  # fmt: skip
+    assert code == 2 and "--textfile" in said["errors"][0]["message"], said
+
+
 @pytest.mark.parametrize(
     ("content", "said"),
     [

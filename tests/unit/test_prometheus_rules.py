@@ -13,9 +13,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 import sglx_platform.gate_tick
 import sglx_platform.metrics
+from sglx.commands.trace import comm_share_series
 from sglx.grafana_dashboard import (
     DASHBOARD_FILE,
     dashboard_document,
@@ -23,12 +25,20 @@ from sglx.grafana_dashboard import (
     dashboard_text,
 )
 from sglx.prometheus_rules import RULES_FILE, rules_document, rules_text
+from sglx_core.comm_share import Share
 
 REPO = Path(__file__).resolve().parents[2]
 CASES = REPO / "tests" / "prometheus" / "sglx.rules.test.yml"
 # A series name in a PromQL expression: an identifier followed by a selector, a range or a
 # closing parenthesis, never a function (followed by "(") or a label (after "by (").
 _SERIES = re.compile(r"\b([a-zA-Z_][a-zA-Z0-9_]*:?[a-zA-Z0-9_:]*)(?=\{)")
+# And a bare one of sglang's or sglx's (`a > b`, no selector): no label or function has their
+# prefixes; a recording rule's name (level:metric:operations) is not matched here.
+_OURS = re.compile(r"(?<![\w:])(sglx_[a-z_]+|sglang:[a-z_]+)(?![\w:(])")
+
+
+def series_in(expr: str) -> set[str]:
+    return set(_SERIES.findall(expr)) | set(_OURS.findall(expr))
 
 
 def promtool(*argv: str) -> subprocess.CompletedProcess[str]:
@@ -69,6 +79,9 @@ def _written_series() -> set[str]:
     names |= {"sglx_" + n for n in re.findall(r'PREFIX \+ "([a-z_]+)"', source)}
     gate = Path(sglx_platform.gate_tick.__file__).read_text()
     names |= set(re.findall(r'Gauge\(\s*"(sglx_[a-z_]+)"', gate))
+    # `sglx trace comm-share --textfile`'s, as it renders them
+    share = Share("t", "device", 1.0, 2.0, ())
+    names |= {f.name for f in text_string_to_metric_families(comm_share_series([share], 0.3, 0))}
     return names | {"up"}  # Prometheus's own, per target
 
 
@@ -78,7 +91,7 @@ def _written_series() -> set[str]:
     ids=lambda r: r.get("alert") or r["record"],
 )
 def test_every_series_a_rule_reads_is_written_by_sglang_or_sglx(rule: dict[str, str]) -> None:
-    used = set(_SERIES.findall(rule["expr"])) - _recorded()
+    used = series_in(rule["expr"]) - _recorded()
     assert used <= _written_series(), used - _written_series()
 
 
@@ -124,7 +137,5 @@ def test_every_dashboard_query_is_promql_over_written_series(tmp_path: Path) -> 
     (tmp_path / "queries.yml").write_text(yaml.safe_dump(queries))
     checked = promtool("check", "rules", str(tmp_path / "queries.yml"))
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    used = {
-        re.sub(r"_bucket$", "", name) for q in dashboard_queries() for name in _SERIES.findall(q)
-    }
+    used = {re.sub(r"_bucket$", "", name) for q in dashboard_queries() for name in series_in(q)}
     assert used - _recorded() <= _written_series(), used - _recorded() - _written_series()

@@ -13,9 +13,18 @@ health and the golden-numerics replay, where the image's golden file and toleran
   `--max-restarts` times per window, then only alert), or `stop` (stop the unit until an
   operator acts). Every action is logged to the journal with the result that caused it.
 
+A fleet-wide cap (`--fleet-slots DIR --fleet-max K`): where the fleet's hosts share a folder
+(the NFS their weights or homes come from), a restart or a stop first claims one of K slot files
+there with an exclusive create, so at most K hosts of the fleet remediate at once; a host past
+the cap only alerts. The claim is let go on the host's next passing run; a restart's claim also
+lapses after the window (a host that died holding it), a stop's only when an operator removes
+it or the host passes again.
+
 A run that cannot judge (no container, no answer) writes its record but leaves the textfile as
 it was: its `sglx_gate_last_run_timestamp_seconds` then ages, and the SglxGateStale alert says
 the gate stopped running. Standard library only: hosts have the Python Ansible runs with.
+Everything read (the container's answer, the last record, the slot files) is bounded and
+checked for its shape: a hand-edited or torn file counts as nothing, never as a traceback.
 Exit 0 passed, 1 failed, 2 could not judge.
 """
 
@@ -28,10 +37,12 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 MAX_OUTPUT_BYTES = 1 << 20
+MAX_RECORD_BYTES = 1 << 20
 FORMAT = "sglx-gate-record"
 VERSION = 1
 ACTIONS = ("alert", "restart", "stop")
@@ -63,34 +74,121 @@ def run_checks(args: argparse.Namespace) -> tuple[int, dict[str, Any] | None, st
         done = subprocess.run(argv, capture_output=True, timeout=args.timeout, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return 2, None, f"{' '.join(argv[:3])}: {exc}"
-    said = done.stderr[-2000:].decode(errors="replace").strip()
-    if done.returncode not in (0, 1) or len(done.stdout) > MAX_OUTPUT_BYTES:
-        return 2, None, said or f"exit {done.returncode}"
+    return parse_answer(done.returncode, done.stdout, done.stderr)
+
+
+def parse_answer(code: int, stdout: bytes, stderr: bytes) -> tuple[int, dict[str, Any] | None, str]:
+    """The container's answer, checked for the gate's shape: a `record` whose `checks` map each
+    check's name to an object, and a `textfile` string; anything else could not judge."""
+    said = stderr[-2000:].decode(errors="replace").strip()
+    if code not in (0, 1) or len(stdout) > MAX_OUTPUT_BYTES:
+        return 2, None, said or f"exit {code}"
     try:
-        out = json.loads(done.stdout)
+        out = json.loads(stdout)
         record, text = out["record"], out["textfile"]
         if not isinstance(record, dict) or not isinstance(text, str):
             raise TypeError("record or textfile of the wrong type")
-    except (ValueError, KeyError, TypeError) as exc:
+        checks = record.get("checks")
+        if not isinstance(checks, dict) or not all(
+            isinstance(name, str) and isinstance(check, dict) for name, check in checks.items()
+        ):
+            raise TypeError("its checks are not an object of objects")
+    except (ValueError, KeyError, TypeError, RecursionError) as exc:
         return 2, None, f"the container's answer is not the gate's JSON: {exc}"
-    return done.returncode, out, ""
+    return code, out, ""
+
+
+def read_json(path: Path) -> Any:
+    """A small JSON file of this script's own, or None where it is missing, too large or torn."""
+    try:
+        with path.open("rb") as source:
+            raw = source.read(MAX_RECORD_BYTES + 1)
+        return None if len(raw) > MAX_RECORD_BYTES else json.loads(raw)
+    except (OSError, ValueError, RecursionError):
+        return None
 
 
 def previous_actions(path: Path, now: float, window: float) -> list[dict[str, Any]]:
     """The remediation actions the last record lists within the window (the rate limit's
-    memory); a record that cannot be read counts as none."""
-    try:
-        record = json.loads(path.read_text())
-        actions = record.get("actions", [])
-    except (OSError, ValueError, AttributeError):
-        return []
+    memory): only well-formed ones (a known action and a numeric time); a record that cannot
+    be read counts as none."""
+    record = read_json(path)
+    actions = record.get("actions", []) if isinstance(record, dict) else []
     if not isinstance(actions, list):
         return []
-    return [a for a in actions if isinstance(a, dict)
-            and isinstance(a.get("at"), (int, float)) and now - a["at"] < window]  # fmt: skip
+    return [a for a in actions if isinstance(a, dict) and a.get("action") in ACTIONS
+            and isinstance(a.get("at"), (int, float)) and not isinstance(a["at"], bool)
+            and 0 <= now - a["at"] < window]  # fmt: skip
 
 
-def remediate(args: argparse.Namespace, actions: list[dict[str, Any]], why: str) -> str:
+@dataclass(frozen=True)
+class FleetSlots:
+    """K slot files in a folder the fleet's hosts share: a host remediates only while it
+    holds one (an exclusive create, which NFS v3 and later keep atomic)."""
+
+    folder: Path
+    size: int
+    host: str
+
+    def claim(self, verb: str, now: float, window: float) -> tuple[bool, list[str]]:
+        """(claimed, the hosts holding the others): a slot this host holds already is kept."""
+        holders = []
+        for path in self._paths():
+            held = read_json(path)
+            if isinstance(held, dict) and held.get("host") == self.host:
+                return True, []
+            if self._lapsed(held, now, window):
+                self._let_go(path)
+            if self._create(path, {"host": self.host, "action": verb, "at": round(now, 3)}):
+                return True, []
+            again = read_json(path)
+            holders.append(str(again.get("host")) if isinstance(again, dict) else path.name)
+        return False, holders
+
+    def release(self) -> None:
+        """Let go of the slot this host holds (its gate passed again)."""
+        for path in self._paths():
+            held = read_json(path)
+            if isinstance(held, dict) and held.get("host") == self.host:
+                self._let_go(path)
+
+    def _paths(self) -> list[Path]:
+        return [self.folder / f"slot-{n}.json" for n in range(self.size)]
+
+    @staticmethod
+    def _lapsed(held: Any, now: float, window: float) -> bool:
+        """A restart's claim older than the window; a torn or foreign file is not taken over
+        (an operator removes it), nor is a stop's claim."""
+        if not isinstance(held, dict) or held.get("action") != "restart":
+            return False
+        at = held.get("at")
+        return isinstance(at, (int, float)) and now - at >= window
+
+    @staticmethod
+    def _let_go(path: Path) -> None:
+        # Renamed aside first: two hosts taking over one lapsed slot cannot both remove it and
+        # then both create it (the second rename fails; its create then finds the first's).
+        aside = path.with_name(f".{path.name}.{os.getpid()}.{time.monotonic_ns()}")
+        try:
+            path.rename(aside)
+            aside.unlink()
+        except OSError:
+            pass
+
+    @staticmethod
+    def _create(path: Path, claim: dict[str, Any]) -> bool:
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        except FileExistsError:
+            return False
+        with os.fdopen(fd, "w") as out:
+            out.write(json.dumps(claim) + "\n")
+        return True
+
+
+def remediate(
+    args: argparse.Namespace, actions: list[dict[str, Any]], why: str, slots: FleetSlots | None
+) -> str:
     """The policy's action on a failed run; what was done, for the record and the journal."""
     if args.remediation == "alert":
         return "alert"
@@ -103,7 +201,15 @@ def remediate(args: argparse.Namespace, actions: list[dict[str, Any]], why: str)
         if restarts >= args.max_restarts:
             return f"alert (restarted {restarts} times in {args.window:g} s already: rate limited)"
         verb = "restart"
-    done = subprocess.run(["systemctl", verb, args.unit], capture_output=True, check=False)
+    if slots is not None:
+        try:
+            claimed, holders = slots.claim(verb, time.time(), args.window)
+        except OSError as exc:
+            return f"alert (the fleet's slots in {slots.folder} cannot be claimed: {exc})"
+        if not claimed:
+            return (f"alert (the fleet's cap: {slots.size} hosts in remediation already: "
+                    f"{', '.join(sorted(holders))})")  # fmt: skip
+    done = subprocess.run([args.systemctl, verb, args.unit], capture_output=True, check=False)
     if done.returncode != 0:
         return f"{verb} failed: {done.stderr.decode(errors='replace').strip()[-300:]}"
     actions.append({"action": verb, "at": round(time.time(), 3), "why": why[:500]})
@@ -124,7 +230,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--window", type=float, default=3600.0, help="rate-limit window, s")
     parser.add_argument("--interval", type=int, default=900, help="the timer's period, s")
     parser.add_argument("--timeout", type=float, default=600.0)
+    parser.add_argument("--systemctl", default="systemctl", help="what restarts and stops --unit")
+    parser.add_argument("--fleet-slots", type=Path, help="a folder the fleet's hosts share")
+    parser.add_argument("--fleet-max", type=int, default=1, help="hosts remediating at once")
     args = parser.parse_args(argv)
+    if args.fleet_max < 1 or args.max_restarts < 0 or args.window <= 0:
+        parser.error("--fleet-max must be 1 or more, --max-restarts 0 or more, --window above 0")
+    slots = FleetSlots(args.fleet_slots, args.fleet_max, args.host) if args.fleet_slots else None
 
     code, out, problem = run_checks(args)
     now = time.time()
@@ -146,9 +258,14 @@ def main(argv: list[str] | None = None) -> int:
             f"{n}: {c.get('message')}" for n, c in sorted(record.get("checks", {}).items())
             if not c.get("passed")
         )  # fmt: skip
-        done = remediate(args, actions, why)
+        done = remediate(args, actions, why, slots)
         record["remediation"] = done
         say(f"{args.host}: remediation ({args.remediation}): {done}")
+    elif slots is not None:
+        try:
+            slots.release()
+        except OSError as exc:
+            say(f"{args.host}: could not let go of its slot in {slots.folder}: {exc}")
     record["actions"] = actions
     write_atomically(args.record, json.dumps(record, indent=1, sort_keys=True) + "\n")
     return code

@@ -1,0 +1,205 @@
+"""The host's side of the gate timer (role sglang_service, files/sglx-gate-tick.py): what it
+reads is untrusted (the container's answer, the last record a hand may have edited, the slot
+files a fleet shares), so no input of any shape gives a traceback, and the fleet-wide cap lets
+no more than K hosts remediate at once, even when they all try together.
+
+The script calls `docker` and `systemctl`; here they are small stand-in scripts (this machine
+runs no systemd): `docker` answers with a fixed JSON and `systemctl` logs what it was asked.
+The e2e runs the script on a real systemd host against the real server."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "ansible/roles/sglang_service/files/sglx-gate-tick.py"
+
+
+def load() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("sglx_gate_tick", SCRIPT)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+tick = load()
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+ACTION = st.fixed_dictionaries(
+    {},
+    optional={
+        "action": st.sampled_from(["alert", "restart", "stop", "reboot", ""]) | JSON,
+        "at": st.floats(allow_nan=True) | st.integers() | st.booleans() | JSON,
+        "why": JSON,
+    },
+)
+RECORD = st.fixed_dictionaries({}, optional={"actions": st.lists(ACTION | JSON, max_size=6) | JSON})
+
+
+def answer(passed: bool) -> dict[str, Any]:
+    checks = {
+        "health": {"passed": True, "message": "ok"},
+        "numerics": {"passed": passed, "message": "match" if passed else "drift"},
+    }
+    series = f'sglx_gate_check_passed{{check="numerics"}} {float(passed)}\n'
+    return {"record": {"passed": passed, "checks": checks}, "textfile": series}
+
+
+@given(code=st.integers(-3, 300), stdout=st.binary(max_size=200), stderr=st.binary(max_size=50))
+def test_any_bytes_from_the_container_are_judged_without_a_traceback(
+    code: int, stdout: bytes, stderr: bytes
+) -> None:
+    got, out, problem = tick.parse_answer(code, stdout, stderr)
+    assert ((got, out is None) == (2, True) and problem) or got in (0, 1)
+
+
+@given(code=st.sampled_from([0, 1]), body=JSON | st.fixed_dictionaries(
+    {"record": JSON | st.fixed_dictionaries({"checks": JSON}), "textfile": JSON}))  # fmt: skip
+def test_any_json_from_the_container_is_the_gates_shape_or_could_not_judge(
+    code: int, body: Any
+) -> None:
+    got, out, problem = tick.parse_answer(code, json.dumps(body).encode(), b"")
+    if out is None:
+        assert got == 2 and "not the gate's JSON" in problem
+    else:  # what main reads of it is there, with the types it reads
+        assert got == code and isinstance(out["textfile"], str)
+        assert all(isinstance(c, dict) for c in out["record"]["checks"].values())
+
+
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(record=RECORD | JSON)
+def test_a_hand_edited_record_keeps_only_well_formed_actions(record: Any, tmp_path: Path) -> None:
+    path = tmp_path / "gate.json"
+    path.write_text(json.dumps(record))
+    now = 1_000_000.0
+    kept = tick.previous_actions(path, now, 3600.0)
+    for action in kept:  # what remediate reads: a known action, a time within the window
+        assert action["action"] in tick.ACTIONS
+        assert 0 <= now - action["at"] < 3600.0
+
+
+def test_a_torn_or_huge_record_counts_as_no_actions(tmp_path: Path) -> None:
+    path = tmp_path / "gate.json"
+    for text in ('{"actions": [{"action": "restart", "at": 1', "[" * 100_000,
+                 " " * (tick.MAX_RECORD_BYTES + 1) + "{}"):  # fmt: skip
+        path.write_text(text)
+        assert tick.previous_actions(path, time.time(), 3600.0) == []
+
+
+def stand_ins(folder: Path, passed: bool) -> tuple[Path, Path, Path]:
+    """`docker` answering the gate's JSON (exit 0 or 1) and `systemctl` logging its argv."""
+    folder.mkdir(parents=True, exist_ok=True)
+    said, log = folder / "answer.json", folder / "systemctl.log"
+    said.write_text(json.dumps(answer(passed)))
+    docker, systemctl = folder / "docker", folder / "systemctl"
+    docker.write_text(f"#!/bin/sh\ncat {said}\nexit {0 if passed else 1}\n")
+    systemctl.write_text(f'#!/bin/sh\necho "$@" >>{log}\n')
+    docker.chmod(0o755)
+    systemctl.chmod(0o755)
+    return docker, systemctl, log
+
+
+def run_tick(tmp: Path, host: str, passed: bool, *extra: str) -> tuple[int, str, list[str]]:
+    docker, systemctl, log = stand_ins(tmp / host, passed)
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--container", "c", "--url", "http://127.0.0.1:1",
+         "--host", host, "--unit", "sglx-server.service", "--docker", str(docker),
+         "--systemctl", str(systemctl), "--textfile", str(tmp / host / "sglx_gate.prom"),
+         "--record", str(tmp / host / "gate.json"), *extra],
+        capture_output=True, text=True, check=False, timeout=60,
+    )  # fmt: skip
+    assert "Traceback" not in done.stderr, done.stderr
+    calls = log.read_text().splitlines() if log.exists() else []
+    return done.returncode, done.stdout + done.stderr, calls
+
+
+def test_a_record_edited_by_hand_neither_crashes_the_run_nor_lifts_the_rate_limit(
+    tmp_path: Path,
+) -> None:
+    record = tmp_path / "host-a" / "gate.json"
+    record.parent.mkdir()
+    now = time.time()
+    record.write_text(json.dumps({"actions": [{"at": now}, {"action": "restart", "at": "x"},
+                                              {"action": "restart", "at": now - 10}]}))  # fmt: skip
+    code, said, calls = run_tick(tmp_path, "host-a", False, "--remediation", "restart")
+    assert code == 1 and "rate limited" in said, said
+    assert calls == []
+    kept = json.loads(record.read_text())["actions"]
+    assert [a["action"] for a in kept] == ["restart"], kept
+
+
+def test_the_fleet_cap_lets_one_host_remediate_and_the_next_alert_until_it_passes(
+    tmp_path: Path,
+) -> None:
+    slots = tmp_path / "shared"
+    slots.mkdir()
+    cap = ("--remediation", "restart", "--fleet-slots", str(slots), "--fleet-max", "1")
+    code, said, calls = run_tick(tmp_path, "host-a", False, *cap)
+    assert (code, calls) == (1, ["restart sglx-server.service"]), said
+    code, said, calls = run_tick(tmp_path, "host-b", False, *cap)
+    assert calls == [] and "the fleet's cap: 1 hosts in remediation already: host-a" in said
+    # host-a's gate passes again: it lets go of its slot, and host-b may act.
+    assert run_tick(tmp_path, "host-a", True, *cap)[0] == 0
+    assert list(slots.iterdir()) == []
+    code, said, calls = run_tick(tmp_path, "host-b", False, *cap)
+    assert calls == ["restart sglx-server.service"], said
+    # A stop's claim outlives the window (the host is out until an operator acts).
+    code, said, calls = run_tick(tmp_path, "host-c", False, *cap[:1], "stop", *cap[2:],
+                                 "--window", "1")  # fmt: skip
+    assert calls == [] and "host-b" in said, said
+
+
+def test_a_restart_claim_lapses_after_the_window_and_a_stop_claim_does_not(
+    tmp_path: Path,
+) -> None:
+    old = time.time() - 7200
+    fleet = tick.FleetSlots(tmp_path, 1, "host-b")
+    slot = tmp_path / "slot-0.json"
+    slot.write_text(json.dumps({"host": "host-a", "action": "restart", "at": old}))
+    assert fleet.claim("restart", time.time(), 3600.0) == (True, [])
+    assert json.loads(slot.read_text())["host"] == "host-b"
+    slot.write_text(json.dumps({"host": "host-a", "action": "stop", "at": old}))
+    assert fleet.claim("restart", time.time(), 3600.0) == (False, ["host-a"])
+    slot.write_text("not json")  # a foreign file: left to an operator
+    assert fleet.claim("restart", time.time(), 3600.0) == (False, ["slot-0.json"])
+
+
+def _claim(folder: str, host: str) -> bool:
+    return bool(load().FleetSlots(Path(folder), 2, host).claim("restart", time.time(), 3600.0)[0])
+
+
+def test_hosts_claiming_at_once_never_exceed_the_cap(tmp_path: Path) -> None:
+    hosts = [f"host-{n}" for n in range(12)]
+    with ProcessPoolExecutor(4) as pool:
+        won = list(pool.map(_claim, [str(tmp_path)] * len(hosts), hosts))
+    assert sum(won) == 2, won
+    holders = sorted(json.loads(p.read_text())["host"] for p in tmp_path.glob("slot-*.json"))
+    assert holders == sorted(h for h, w in zip(hosts, won, strict=True) if w)
+
+
+@pytest.mark.parametrize("bad", [["--fleet-max", "0"], ["--window", "0"], ["--max-restarts", "-1"]])
+def test_a_bad_limit_is_a_usage_error(tmp_path: Path, bad: list[str]) -> None:
+    code, said, calls = run_tick(tmp_path, "host-a", False, "--fleet-slots", str(tmp_path), *bad)
+    assert code == 2 and calls == [] and "--fleet-max must be" in said
+    assert not (tmp_path / "host-a" / "gate.json").exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["host-a"]
