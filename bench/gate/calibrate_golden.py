@@ -118,11 +118,11 @@ def main() -> int:
         logprobs = [lp for p in golden.prompts for lp in p.logprobs]
         results["reference_logprob_mean"] = sum(logprobs) / len(logprobs)
         results["tokens"] = sum(len(p.continuation_ids) for p in golden.prompts)
-        profile = _bake_cpu_profile(work / "arch.yaml")
+        profile = bake_cpu_profile(work / "arch.yaml")
         for name in args.variants.split(","):
             log = work / f"server-{name}.log"
             print(f"  {name}: starting the server", file=sys.stderr, flush=True)
-            with _server(model, profile, VARIANTS[name], log) as (base, ready_s):
+            with Server(model, profile, VARIANTS[name], log) as (base, ready_s):
                 served = fetch_served(golden, base)
             report = compare(golden, served, Tolerance(*REPORT_ONLY))
             dtype = _served_dtype(model, VARIANTS[name])
@@ -175,7 +175,7 @@ def _profile_tolerance(dtype: str) -> Any:
     return profile_tolerance(dtype, load_profile("cpu"))
 
 
-def _bake_cpu_profile(dst: Path) -> Path:
+def bake_cpu_profile(dst: Path) -> Path:
     """The resolved cpu profile as a file, the way the image bakes /etc/sglx/arch.yaml."""
     from sglx_core.profile import load_profile
 
@@ -194,7 +194,7 @@ def _served_dtype(model: Path, extra: tuple[str, ...]) -> str:
     return str(_get_and_verify_dtype(config, dtype)).removeprefix("torch.")
 
 
-class _server:
+class Server:
     """`python -m sglang.launch_server` on a free port; the whole group stopped on exit."""
 
     def __init__(self, model: Path, profile: Path, extra: tuple[str, ...], log: Path) -> None:

@@ -2,10 +2,14 @@
 (`docker exec CONTAINER python -m sglx_platform.gate_tick --url URL`): the host's
 `sglx-gate.timer` (role sglang_service) starts it every few minutes between rollouts.
 
-Two checks, each cheap enough to run while the server serves:
+Two checks, each cheap enough to run while the server serves, and a third where the host asks:
 - `health`: GET /health answers 200;
 - `numerics`: the image's golden file replayed through the server, teacher-forced, and held
-  against the profile's tolerance (sglx_platform.golden_replay: the rollout's own gate).
+  against the profile's tolerance (sglx_platform.golden_replay: the rollout's own gate);
+- `memory` (`--memory-max-bytes`, off by default): the container's memory use, which the host
+  read from the engine (`--memory-usage`: `docker stats`' "USED / LIMIT", as it printed it),
+  under a bound: seed 000's fragmentation restart, a server whose memory only grows failing it
+  so that the host's `restart` policy frees it.
 The expensive ones (the speed benchmark, the collective) stay with the rollout and
 `sglx hosts check`.
 
@@ -31,6 +35,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
 from sglx_core.report import result_of
+from sglx_core.sizes import parse_engine_figure
 from sglx_platform.golden_replay import DEFAULT_GOLDEN, DEFAULT_TIMEOUT_S, replay
 
 CHECKS = ("health", "numerics")
@@ -69,7 +74,26 @@ def numerics(url: str, host: str | None, golden: Path, timeout: float) -> Verdic
     return Verdict("numerics", result.exit_code == 0, message, time.monotonic() - started)
 
 
-def textfile(verdicts: list[Verdict], finished: float, interval: int) -> str:
+def memory_used(usage: str) -> float | None:
+    """The USED of the engine's "USED / LIMIT" in bytes, or None where it is not that (a
+    stopped container's "--", or nothing read)."""
+    return parse_engine_figure(usage.partition("/")[0]) if "/" in usage else None
+
+
+def memory(used: float | None, bound: float) -> Verdict:
+    """The container's memory use under `bound`; a reading the host could not take is no
+    failure (it would restart a healthy server), and says so."""
+    if used is None or used < 0:
+        return Verdict("memory", True, "not measured: the host read no memory use", 0.0)
+    said = f"the container uses {used / 2**30:.2f} GiB, bound {bound / 2**30:.2f} GiB"
+    if used >= bound:
+        said += ": above it (memory that only grows: a restart frees it)"
+    return Verdict("memory", used < bound, said, 0.0)
+
+
+def textfile(
+    verdicts: list[Verdict], finished: float, interval: int, memory_bytes: float | None = None
+) -> str:
     """The verdicts as Prometheus series (units in the names, bounded labels: the check)."""
     registry = CollectorRegistry()
     passed = Gauge(
@@ -95,6 +119,12 @@ def textfile(verdicts: list[Verdict], finished: float, interval: int) -> str:
         registry=registry,
     )
     period.set(interval)
+    if memory_bytes is not None and memory_bytes >= 0:
+        Gauge(
+            "sglx_server_memory_bytes",
+            "the server's container's memory use as its engine reports it, at the last run",
+            registry=registry,
+        ).set(memory_bytes)
     for v in verdicts:
         passed.labels(v.check).set(int(v.passed))
         seconds.labels(v.check).set(round(v.seconds, 3))
@@ -103,13 +133,21 @@ def textfile(verdicts: list[Verdict], finished: float, interval: int) -> str:
 
 
 def tick(
-    url: str, host: str | None, golden: Path, timeout: float, interval: int
+    url: str,
+    host: str | None,
+    golden: Path,
+    timeout: float,
+    interval: int,
+    memory_bytes: float | None = None,
+    memory_max_bytes: float = 0.0,
 ) -> dict[str, object]:
     verdicts = [health(url)]
     if verdicts[0].passed:
         verdicts.append(numerics(url, host, golden, timeout))
     else:
         verdicts.append(Verdict("numerics", False, "not run: the server is not healthy", 0.0))
+    if memory_max_bytes > 0:
+        verdicts.append(memory(memory_bytes, memory_max_bytes))
     finished = time.time()
     record = {
         "format": FORMAT,
@@ -121,7 +159,7 @@ def tick(
             for v in verdicts
         },
     }
-    return {"record": record, "textfile": textfile(verdicts, finished, interval)}
+    return {"record": record, "textfile": textfile(verdicts, finished, interval, memory_bytes)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -134,9 +172,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--golden", type=Path, default=DEFAULT_GOLDEN, help="the golden file")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="per request, s")
     parser.add_argument("--interval", type=int, default=900, help="the timer's period, s")
+    parser.add_argument("--memory-usage", default="", help="docker stats' MemUsage, as read")
+    parser.add_argument("--memory-max-bytes", type=float, default=0.0, help="0: no memory check")
     args = parser.parse_args(argv)
     try:
-        out = tick(args.url.rstrip("/"), args.host, args.golden, args.timeout, args.interval)
+        out = tick(args.url.rstrip("/"), args.host, args.golden, args.timeout, args.interval,
+                   memory_used(args.memory_usage[:200]), args.memory_max_bytes)  # fmt: skip
     except Exception as exc:  # a tick that cannot judge says why, and the host records it
         print(f"sglx gate tick: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2

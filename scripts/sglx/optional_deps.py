@@ -29,6 +29,7 @@ OPTIONAL_MODULES: dict[str, tuple[str, str]] = {
     "model_signing": ("model-signing", "host"),
     "numpy": ("numpy", "host"),
     "OpenSSL": ("pyopenssl", "host"),
+    "prometheus_client": ("prometheus_client", "host"),
     "safetensors": ("safetensors", "host"),
     "securesystemslib": ("securesystemslib", "host"),
     "semver": ("semver", "host"),

@@ -39,6 +39,19 @@ def parse_size(text: str) -> int | None:
     return int(match.group(1)) * _BY_UPPER[(match.group(2) or "B").upper()]
 
 
+_FIGURE = re.compile(r"^([0-9]{1,15}(?:\.[0-9]{1,6})?) ?((?i:" + "|".join(UNITS) + r"))$")
+
+
+def parse_engine_figure(text: str) -> float | None:
+    """A size as container engines print one for people: '1.953GiB' (`docker stats`, binary
+    units), '731.2MB' or '512kB' (podman, decimal ones), '0B'; None when `text` is not one.
+    The same units as `parse_size`, with a decimal fraction."""
+    match = _FIGURE.fullmatch(text.strip())
+    if match is None:
+        return None
+    return float(match.group(1)) * _BY_UPPER[match.group(2).upper()]
+
+
 def human_bytes(count: float) -> str:
     """1536 -> '1.5 KiB': sizes in messages a person reads."""
     for unit in ("B", "KiB", "MiB", "GiB"):

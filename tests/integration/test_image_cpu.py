@@ -311,6 +311,16 @@ def test_the_gate_timer_judges_the_served_numbers_and_writes_series_and_a_record
     assert (record["passed"], record["judged"], record["actions"]) == (True, True, [])
     assert record["checks"]["numerics"]["passed"] is True
 
+    # A memory bound the server is above (1 MiB): the engine's own figure (docker stats) fails
+    # the memory check, and the series carry it.
+    over = _gate_tick(started, tmp_path, "--memory-max-bytes", str(2**20))
+    assert over.returncode == 1, over.stdout + over.stderr
+    assert "host-a: memory FAILED: the container uses" in over.stdout, over.stdout
+    assert "bound 0.00 GiB: above it" in over.stdout, over.stdout
+    series = _series(tmp_path / "textfile" / "sglx_gate.prom")
+    assert series[("sglx_gate_check_passed", "memory")] == 0.0
+    assert series[("sglx_server_memory_bytes", "")] > 2**20
+
     # A server that does not answer (a port nothing listens on, inside the container).
     wrong = subprocess.run(
         [sys.executable, str(GATE_TICK), "--container", started.name, "--url",

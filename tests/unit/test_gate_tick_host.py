@@ -107,12 +107,16 @@ def test_a_torn_or_huge_record_counts_as_no_actions(tmp_path: Path) -> None:
 
 
 def stand_ins(folder: Path, passed: bool) -> tuple[Path, Path, Path]:
-    """`docker` answering the gate's JSON (exit 0 or 1) and `systemctl` logging its argv."""
+    """`docker` answering `stats` with a memory use and `exec` with the gate's JSON (exit 0 or
+    1), logging the exec's argv; `systemctl` logging its argv."""
     folder.mkdir(parents=True, exist_ok=True)
     said, log = folder / "answer.json", folder / "systemctl.log"
     said.write_text(json.dumps(answer(passed)))
     docker, systemctl = folder / "docker", folder / "systemctl"
-    docker.write_text(f"#!/bin/sh\ncat {said}\nexit {0 if passed else 1}\n")
+    docker.write_text(
+        '#!/bin/sh\n[ "$1" = stats ] && { echo "1.5GiB / 23.47GiB"; exit 0; }\n'
+        f'echo "$@" >{folder / "exec.argv"}\ncat {said}\nexit {0 if passed else 1}\n'
+    )
     systemctl.write_text(f'#!/bin/sh\necho "$@" >>{log}\n')
     docker.chmod(0o755)
     systemctl.chmod(0o755)
@@ -203,3 +207,56 @@ def test_a_bad_limit_is_a_usage_error(tmp_path: Path, bad: list[str]) -> None:
     assert code == 2 and calls == [] and "--fleet-max must be" in said
     assert not (tmp_path / "host-a" / "gate.json").exists()
     assert [p.name for p in tmp_path.iterdir()] == ["host-a"]
+
+
+@pytest.mark.parametrize(
+    ("said", "used"),
+    [
+        ("1.953GiB / 23.47GiB", 1.953 * 2**30),  # Docker's binary units
+        ("512.3MiB / 1GiB", 512.3 * 2**20),
+        ("731.2MB / 16.5GB", 731.2e6),  # podman's decimal ones
+        ("512kB / 1GB", 512e3),
+        ("0B / 0B", 0.0),
+        ("-- / --", None),  # a stopped container
+        ("1.5 XB / 2GiB", None),
+        ("1.5GiB", None),
+        ("", None),  # the host read nothing
+    ],
+)
+def test_the_engines_memory_figure_is_read_with_the_size_grammar(
+    said: str, used: float | None
+) -> None:
+    from sglx_platform.gate_tick import memory_used
+
+    assert memory_used(said) == (None if used is None else pytest.approx(used))
+
+
+def test_a_memory_bound_passes_the_engines_figure_into_the_container(tmp_path: Path) -> None:
+    """`--memory-max-bytes`: the host reads `docker stats` and hands what the engine printed and
+    the bound to the container's checks; without it, no stats are read and no memory check
+    runs."""
+    code, said, _ = run_tick(tmp_path, "host-a", True, "--memory-max-bytes", str(2**30))
+    assert code == 0, said
+    argv = (tmp_path / "host-a" / "exec.argv").read_text()
+    assert f"--memory-usage=1.5GiB / 23.47GiB --memory-max-bytes={2**30}" in argv, argv
+    run_tick(tmp_path, "host-b", True)
+    assert "--memory-usage" not in (tmp_path / "host-b" / "exec.argv").read_text()
+
+
+def test_the_container_fails_memory_above_its_bound_and_renders_the_figure() -> None:
+    """sglx_platform.gate_tick's memory check: above the bound it fails (the remediation
+    policy then acts), under it passes; an unread figure passes and says so; the figure is
+    a series of its own."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from sglx_platform import gate_tick
+
+    above = gate_tick.memory(3 * 2**30, 2 * 2**30)
+    assert not above.passed and "3.00 GiB, bound 2.00 GiB: above it" in above.message
+    assert gate_tick.memory(2**30, 2 * 2**30).passed
+    unread = gate_tick.memory(-1, 2 * 2**30)
+    assert unread.passed and "not measured" in unread.message
+    text = gate_tick.textfile([above], 1.8e9, 900, 3 * 2**30)
+    series = {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples}
+    assert series["sglx_server_memory_bytes"] == 3 * 2**30
+    assert "sglx_server_memory_bytes" not in gate_tick.textfile([above], 1.8e9, 900, -1)

@@ -3,7 +3,9 @@
 sglx-gate.timer; role sglang_service, `sglang_service_gate_timer`).
 
 It runs the cheap checks inside the server's container (`python -m sglx_platform.gate_tick`:
-health and the golden-numerics replay, where the image's golden file and tolerances are), then:
+health and the golden-numerics replay, where the image's golden file and tolerances are; with
+`--memory-max-bytes`, the container's memory use the engine reports, read here first with
+`docker stats`, under that bound: seed 000's fragmentation restart), then:
 - writes their Prometheus series for the node exporter's textfile collector
   (`--textfile DIR/sglx_gate.prom`), atomically, so the collector never reads half a file;
 - writes the run as a JSON record beside the install records (`--record FILE`), with the
@@ -66,10 +68,27 @@ def write_atomically(path: Path, text: str) -> None:
         raise
 
 
+def memory_usage(args: argparse.Namespace) -> str:
+    """`docker stats`' "USED / LIMIT" for the container as the engine printed it (its first
+    200 characters; "" where it gave none): the container's checks read the figure, with the
+    one size grammar sglx has (sglx_core.sizes), and an unread one restarts nothing."""
+    argv = [args.docker, "stats", "--no-stream", "--format", "{{.MemUsage}}", args.container]
+    try:
+        done = subprocess.run(argv, capture_output=True, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    said = done.stdout[:200].decode(errors="replace").strip()
+    return said if done.returncode == 0 and said.isprintable() else ""
+
+
 def run_checks(args: argparse.Namespace) -> tuple[int, dict[str, Any] | None, str]:
     """The container's verdict: (exit code, its JSON or None, what went wrong)."""
     argv = [args.docker, "exec", args.container, "python", "-m", "sglx_platform.gate_tick",
             "--url", args.url, "--host", args.host, "--interval", str(args.interval)]  # fmt: skip
+    if args.memory_max_bytes > 0:
+        # one word with its value: a figure like "-- / --" is no option of its own
+        argv += [f"--memory-usage={memory_usage(args)}",
+                 f"--memory-max-bytes={args.memory_max_bytes}"]  # fmt: skip
     try:
         done = subprocess.run(argv, capture_output=True, timeout=args.timeout, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -233,9 +252,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--systemctl", default="systemctl", help="what restarts and stops --unit")
     parser.add_argument("--fleet-slots", type=Path, help="a folder the fleet's hosts share")
     parser.add_argument("--fleet-max", type=int, default=1, help="hosts remediating at once")
+    parser.add_argument("--memory-max-bytes", type=int, default=0, help="0: no memory check")
     args = parser.parse_args(argv)
-    if args.fleet_max < 1 or args.max_restarts < 0 or args.window <= 0:
-        parser.error("--fleet-max must be 1 or more, --max-restarts 0 or more, --window above 0")
+    if args.fleet_max < 1 or args.max_restarts < 0 or args.window <= 0 or args.memory_max_bytes < 0:
+        parser.error("--fleet-max must be 1 or more, --max-restarts and --memory-max-bytes 0 or "
+                     "more, --window above 0")  # fmt: skip
     slots = FleetSlots(args.fleet_slots, args.fleet_max, args.host) if args.fleet_slots else None
 
     code, out, problem = run_checks(args)
