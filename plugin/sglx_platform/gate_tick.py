@@ -38,7 +38,6 @@ from sglx_core.report import result_of
 from sglx_core.sizes import parse_engine_figure
 from sglx_platform.golden_replay import DEFAULT_GOLDEN, DEFAULT_TIMEOUT_S, replay
 
-CHECKS = ("health", "numerics")
 HEALTH_TIMEOUT_S = 10.0
 FORMAT = "sglx-gate-record"
 VERSION = 1

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 import time
@@ -186,6 +187,42 @@ def test_a_restart_claim_lapses_after_the_window_and_a_stop_claim_does_not(
     assert fleet.claim("restart", time.time(), 3600.0) == (False, ["host-a"])
     slot.write_text("not json")  # a foreign file: left to an operator
     assert fleet.claim("restart", time.time(), 3600.0) == (False, ["slot-0.json"])
+
+
+def test_two_hosts_taking_over_one_lapsed_claim_keep_the_first_takers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """host-c read the lapsed claim before host-b took the slot over: it finds host-b's fresh
+    claim when it comes to remove it, keeps it, and only alerts (the cap holds)."""
+    lapsed = {"host": "host-a", "action": "restart", "at": time.time() - 7200}
+    slot = tmp_path / "slot-0.json"
+    slot.write_text(json.dumps(lapsed))
+    assert tick.FleetSlots(tmp_path, 1, "host-b").claim("restart", time.time(), 3600.0)[0]
+    real, stale = tick.read_json, [lapsed]
+    monkeypatch.setattr(tick, "read_json", lambda path: stale.pop() if stale else real(path))
+    assert tick.FleetSlots(tmp_path, 1, "host-c").claim("restart", time.time(), 3600.0) == (
+        False,
+        ["host-b"],
+    )
+    assert json.loads(slot.read_text())["host"] == "host-b"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["slot-0.json"]
+
+
+def test_a_dead_hosts_guard_is_removed_after_the_window(tmp_path: Path) -> None:
+    """A guard file is a host's between reading a claim again and removing it: one older than
+    the window is a host's that died there; it is removed, and the next run takes over."""
+    now = time.time()
+    slot, guard = tmp_path / "slot-0.json", tmp_path / ".slot-0.json.guard"
+    slot.write_text(json.dumps({"host": "host-a", "action": "restart", "at": now - 7200}))
+    guard.write_text("{}")
+    fleet = tick.FleetSlots(tmp_path, 1, "host-b")
+    assert fleet.claim("restart", now, 3600.0) == (False, ["host-a"])  # a live guard: wait
+    assert guard.exists()
+    os.utime(guard, (now - 7200, now - 7200))
+    assert fleet.claim("restart", now, 3600.0) == (False, ["host-a"])
+    assert not guard.exists()
+    assert fleet.claim("restart", now, 3600.0) == (True, [])
+    assert json.loads(slot.read_text())["host"] == "host-b"
 
 
 def _claim(folder: str, host: str) -> bool:

@@ -152,24 +152,25 @@ class FleetSlots:
     def claim(self, verb: str, now: float, window: float) -> tuple[bool, list[str]]:
         """(claimed, the hosts holding the others): a slot this host holds already is kept."""
         holders = []
+        mine = {"host": self.host, "action": verb, "at": round(now, 3)}
         for path in self._paths():
             held = read_json(path)
             if isinstance(held, dict) and held.get("host") == self.host:
                 return True, []
             if self._lapsed(held, now, window):
-                self._let_go(path)
-            if self._create(path, {"host": self.host, "action": verb, "at": round(now, 3)}):
+                self._remove_if(path, held, now, window)
+            if self._create(path, mine):
                 return True, []
             again = read_json(path)
             holders.append(str(again.get("host")) if isinstance(again, dict) else path.name)
         return False, holders
 
-    def release(self) -> None:
+    def release(self, now: float, window: float) -> None:
         """Let go of the slot this host holds (its gate passed again)."""
         for path in self._paths():
             held = read_json(path)
             if isinstance(held, dict) and held.get("host") == self.host:
-                self._let_go(path)
+                self._remove_if(path, held, now, window)
 
     def _paths(self) -> list[Path]:
         return [self.folder / f"slot-{n}.json" for n in range(self.size)]
@@ -183,16 +184,27 @@ class FleetSlots:
         at = held.get("at")
         return isinstance(at, (int, float)) and now - at >= window
 
-    @staticmethod
-    def _let_go(path: Path) -> None:
-        # Renamed aside first: two hosts taking over one lapsed slot cannot both remove it and
-        # then both create it (the second rename fails; its create then finds the first's).
-        aside = path.with_name(f".{path.name}.{os.getpid()}.{time.monotonic_ns()}")
+    @classmethod
+    def _remove_if(cls, path: Path, judged: Any, now: float, window: float) -> None:
+        """Remove the slot file if it still holds the claim judged, under the slot's guard
+        file: every removal takes the guard and creates need no removal, so between reading
+        the claim again and removing it no other host's claim can take its place (two hosts
+        taking over one lapsed slot: the second finds the first's fresh claim and keeps it).
+        A guard older than the window is a host's that died between the two steps; it is
+        removed, and this run leaves the slot as it is."""
+        guard = path.with_name(f".{path.name}.guard")
+        if not cls._create(guard, {"at": round(now, 3), "pid": os.getpid()}):
+            try:
+                if now - guard.stat().st_mtime >= window:
+                    guard.unlink()
+            except OSError:
+                pass
+            return
         try:
-            path.rename(aside)
-            aside.unlink()
-        except OSError:
-            pass
+            if read_json(path) == judged:
+                path.unlink(missing_ok=True)
+        finally:
+            guard.unlink(missing_ok=True)
 
     @staticmethod
     def _create(path: Path, claim: dict[str, Any]) -> bool:
@@ -284,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
         say(f"{args.host}: remediation ({args.remediation}): {done}")
     elif slots is not None:
         try:
-            slots.release()
+            slots.release(time.time(), args.window)
         except OSError as exc:
             say(f"{args.host}: could not let go of its slot in {slots.folder}: {exc}")
     record["actions"] = actions
