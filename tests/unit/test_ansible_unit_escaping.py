@@ -43,6 +43,8 @@ ROLE = ANSIBLE / "roles" / "sglang_service"
 BIN = Path(sys.executable).parent
 IMAGE = "sha256:" + "ab" * 32
 UNIT = "sglx-server.service"
+# The server unit's stop: `docker stop`, retried while `docker run` (the main process) lives.
+STOP_LOOP = 'until "$1" stop -t 30 "$2"; do kill -0 "$MAINPID" 2>/dev/null || exit 0; sleep 1; done'
 
 # The role's preflight, then its two templates written under {{ out }}/HOST/ instead of /etc.
 PLAY = """
@@ -292,7 +294,7 @@ def test_hostile_but_legal_values_reach_systemd_and_docker_unchanged(public: Pat
     assert commands(unit, public) == {
         "ExecStartPre": [[str(docker), "rm", "-f", "sglx-server"]],
         "ExecStart": [run],
-        "ExecStop": [[str(docker), "stop", "-t", "30", "sglx-server"]],
+        "ExecStop": [["/bin/sh", "-c", STOP_LOOP, "sglx-stop", str(docker), "sglx-server"]],
     }
     env = (public / "out" / "node" / "sglx-server.env").read_text()
     assert docker_env_file(env) == HOSTILE_ENV
@@ -346,7 +348,41 @@ def test_a_plain_unit_is_written_as_before(public: Path) -> None:
     folder = "/var/cache/sglx/jit/" + IMAGE.removeprefix("sha256:")
     assert f"\n  -v {folder}:/var/cache/sglx \\\n  -e SGLX_JIT_CACHE_HOST={folder} \\\n" in text
     assert f"\n  {IMAGE} --tp 2\n" in text
-    assert '"' not in text
+    # (the stop's shell loop is the one quoted word)
+    assert not [
+        line for line in text.splitlines() if '"' in line and not line.startswith("ExecStop=")
+    ]
+
+
+def test_the_stop_waits_for_a_container_still_being_created(public: Path) -> None:
+    """A restart that comes while `docker run` is still creating the container (a crash loop's
+    next start, then a rollback) finds no container yet: the stop, as systemd runs it, asks
+    again while the client lives, so the create finishes before the client is killed and the
+    next start's `rm -f` finds it; with the client gone it ends at once."""
+    code, out = play(public, {"node": local()})
+    assert code == 0, out
+    [stop] = commands(public / "out" / "node" / UNIT, public)["ExecStop"]
+    calls = public / "calls"
+    docker = public / "docker"
+    docker.write_text(
+        "#!/bin/sh\n"
+        f'echo "$*" >>{calls}\n'
+        f'[ "$(wc -l <{calls})" -ge 3 ] || {{ echo "No such container: $4" >&2; exit 1; }}\n'
+    )
+    docker.chmod(0o755)
+    argv = [*stop[:4], str(docker), *stop[5:]]
+    with subprocess.Popen(["sleep", "60"]) as client:
+        try:
+            done = subprocess.run(argv, env={"MAINPID": str(client.pid)}, capture_output=True,
+                                  text=True, timeout=30, check=False)  # fmt: skip
+        finally:
+            client.kill()
+    assert done.returncode == 0, done.stderr
+    assert calls.read_text().splitlines() == ["stop -t 30 sglx-server"] * 3
+    calls.write_text("")  # the client exited (the server crashed): one try, then done
+    done = subprocess.run(argv, env={"MAINPID": str(client.pid)}, capture_output=True,
+                          timeout=30, check=False)  # fmt: skip
+    assert done.returncode == 0 and calls.read_text().splitlines() == ["stop -t 30 sglx-server"]
 
 
 # --------------------------------------------------------------------------------------------
