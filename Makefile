@@ -43,9 +43,10 @@ bench: setup ## Run a benchmark: BENCH=image|scan|weights|bundle (kernels need a
 
 # Lint runs beside the tests (its output follows theirs): the tests' first minutes wait on the
 # network (debootstrap, the wheel fetch), not on the cores lint takes. Fails if either fails.
+# Beside them it leaves out its shellcheck of install.sh, a unit test the suite runs anyway.
 test: setup ## Lint beside unit, real-engine integration and the Ansible end-to-end run with its break cases
 	@lint_log=$$(mktemp -t sglx-lint.XXXXXX); \
-	nice -n 10 $(MAKE) --no-print-directory lint >"$$lint_log" 2>&1 & lint_pid=$$!; \
+	nice -n 10 $(MAKE) --no-print-directory lint LINT_BESIDE_TESTS=1 >"$$lint_log" 2>&1 & lint_pid=$$!; \
 	tests_rc=0; $(BIN)/pytest $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder) $(PYTEST_ARGS) || tests_rc=$$?; \
 	lint_rc=0; wait $$lint_pid || lint_rc=$$?; \
 	echo "make test: lint, run beside the tests:"; cat "$$lint_log"; rm -f "$$lint_log"; \
@@ -71,7 +72,7 @@ lint: setup ## ruff (lint and format check), mypy, the import layering contracts
 	$(SGLX) ansible dashboard --out ansible/prometheus/sglx.dashboard.json --check
 	$(SGLX) bundle schema --out bundles/bundle.schema.json --check
 	promtool check rules ansible/prometheus/sglx.rules.yml
-	$(BIN)/pytest -q -p no:cacheprovider tests/unit/test_install_sh_shellcheck.py
+	$(if $(LINT_BESIDE_TESTS),@echo "lint: shellcheck of install.sh: in the suite (tests/unit/test_install_sh_shellcheck.py)",$(BIN)/pytest -q -p no:cacheprovider tests/unit/test_install_sh_shellcheck.py)
 
 rollout: setup ## Roll BUNDLE (a folder on the hosts) out to INVENTORY's hosts of ARCH, one at a time (ansible/rollout.yml)
 	@test -n "$(INVENTORY)" || { echo "make rollout: set INVENTORY=FILE (see ansible/inventory/example)" >&2; exit 2; }

@@ -99,6 +99,51 @@ def test_a_hand_edited_record_keeps_only_well_formed_actions(record: Any, tmp_pa
         assert 0 <= now - action["at"] < 3600.0
 
 
+CLAIM = st.fixed_dictionaries(
+    {},
+    optional={
+        "host": st.sampled_from(["host-a", "host-b"]) | JSON,
+        "action": st.sampled_from(["restart", "stop"]) | JSON,
+        "at": st.sampled_from([0.0, 999_000.0, 1e400]) | JSON,
+    },
+)
+
+
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(held=st.lists(st.none() | st.binary(max_size=40) | CLAIM.map(json.dumps), max_size=2))
+def test_hand_edited_slot_files_never_break_a_claim(held: list[Any], tmp_path: Path) -> None:
+    """Whatever the fleet's folder holds (nothing, bytes, any JSON, a claim of any shape), a
+    claim either takes a free or lapsed slot, keeps this host's own, or names the holders;
+    it never raises, and it only ever writes this host's claim."""
+    folder = tmp_path / "slots"
+    folder.mkdir(exist_ok=True)
+    for old in folder.iterdir():
+        old.unlink()
+    for n, content in enumerate(held):
+        if content is not None:
+            (folder / f"slot-{n}.json").write_bytes(
+                content if isinstance(content, bytes) else content.encode()
+            )
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    now, mine = 1_000_000.0, {"host": "host-b", "action": "restart", "at": 1_000_000.0}
+    claimed, holders = tick.FleetSlots(folder, 2, "host-b").claim("restart", now, 3600.0)
+    after = {p.name: p.read_bytes() for p in folder.iterdir()}
+    assert all(isinstance(h, str) for h in holders)
+    for name in before.keys() | after.keys():
+        if before.get(name) != after.get(name):  # taken: a free slot or a lapsed restart claim
+            assert tick.read_json(folder / name) == mine
+            assert name not in before or tick.FleetSlots._lapsed(
+                json.loads(before[name]), now, 3600.0
+            )
+    claims = [tick.read_json(folder / n) for n in after]
+    if claimed:
+        assert holders == [] and any(
+            isinstance(c, dict) and c.get("host") == "host-b" for c in claims
+        )
+    else:
+        assert len(holders) == 2 and mine not in claims
+
+
 def test_a_torn_or_huge_record_counts_as_no_actions(tmp_path: Path) -> None:
     path = tmp_path / "gate.json"
     for text in ('{"actions": [{"action": "restart", "at": 1', "[" * 100_000,

@@ -8,7 +8,7 @@ import re
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sglx_core.sizes import SIZE_PATTERN, UNITS, parse_size
+from sglx_core.sizes import SIZE_PATTERN, UNITS, parse_engine_figure, parse_size
 
 _UNIT_CASES = st.sampled_from(sorted(UNITS)).flatmap(
     lambda unit: st.tuples(
@@ -53,3 +53,27 @@ def test_only_the_grammar_reads_as_a_size(text: str) -> None:
 def test_a_bare_letter_a_fraction_or_a_sign_is_refused() -> None:
     for text in ("4g", "1.5GB", "-1", "+1", "4 G", "4  GiB", "GiB", "", "1e9", "1_000"):
         assert parse_size(text) is None, text
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.decimals(min_value=0, max_value=10**6, places=3, allow_nan=False, allow_infinity=False),
+    _UNIT_CASES,
+    st.sampled_from(["", " "]),
+)
+def test_an_engines_figure_reads_as_its_number_times_its_unit(
+    number: object, unit: tuple[str, str], space: str
+) -> None:
+    """`docker stats` and podman print '1.953GiB', '731.2MB', '512kB', '0B'."""
+    name, written = unit
+    got = parse_engine_figure(f"{number}{space}{written}")
+    assert got is not None and abs(got - float(str(number)) * UNITS[name]) <= 1e-6 * max(got, 1)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(max_size=40) | st.text(alphabet="0123456789.-+ eEgGiIbBkKmMtT/n", max_size=24))
+def test_an_engines_figure_is_a_finite_size_or_none(text: str) -> None:
+    """Whatever the engine printed (`-- / --`, a NaN, a huge or signed number, control
+    characters), the answer is None or a finite size in bytes: never an exception."""
+    got = parse_engine_figure(text)
+    assert got is None or (isinstance(got, float) and 0 <= got < 2**100)
