@@ -16,7 +16,7 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= 2
 BENCH ?= image
 
-.PHONY: help setup test e2e lint unit docs validate image prune bundle bench rollout check-hosts
+.PHONY: help setup test e2e lint lock-check unit docs validate image prune bundle bench rollout check-hosts
 
 help: ## List the targets
 	@echo "sglx make targets (ARCH=$(ARCH); override with ARCH=gfx942 and so on):"
@@ -55,6 +55,10 @@ test: setup ## Lint beside unit, real-engine integration and the Ansible end-to-
 
 e2e: setup ## The Ansible end-to-end run alone: site, host checks, rollout, three breaks named and repaired, rollback
 	$(BIN)/pytest -m e2e tests/e2e $(PYTEST_ARGS)
+
+lock-check: setup ## Re-resolve every arch's lock against the index at its recorded cutoff (needs the index; the suite checks the cpu lock offline)
+	for arch in $$($(SGLX) arch list --json | $(BIN)/python -c 'import json,sys; print(" ".join(a["arch"] for a in json.load(sys.stdin)["data"]["arches"]))'); do \
+	  $(SGLX) wheels lock --arch $$arch --check; done
 
 unit: ## Run the unit tests only (no Docker engine needed)
 	@SGLX_NO_ENGINE=1 bash scripts/bootstrap.sh
