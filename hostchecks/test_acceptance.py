@@ -330,14 +330,17 @@ print(u.urlopen(sys.argv[1], timeout=30).read(4 << 20).decode("utf-8", "replace"
 
 def test_metrics_served(host: Any, facts: HostFacts) -> None:
     """The server's metrics (docs/reference/observability.md), as the site's Prometheus scrapes
-    them: sglang's series and sglx's, naming this host's arch. Rank 0 of a serving group serves
-    them; skipped where the profile or the inventory turns metrics off."""
+    them: sglang's series and sglx's, naming this host's arch and what it runs (the image id
+    and the bundle of the last passed gate). Rank 0 of a serving group serves them; skipped
+    where the profile or the inventory turns metrics off."""
     path = str(facts.vars.get("sglang_service_metrics_path") or "")
     on = facts.flag("sglang_service_metrics", default=True)
     if not path or not on or facts.node_rank != 0:
         why = "not rank 0 of its serving group" if path and on else "metrics are off"
         pytest.skip(f"{facts.name}: {why}")
-    running_container(host, facts)
+    inspect = running_container(host, facts)
+    image = content_image_id(host, facts, inspect)
+    bundle = (read_json(host, str(facts["sglang_service_state_file"])) or {}).get("bundle_digest")
     url = facts.server_url + path
     done = host.run(f"python3 -c {shlex.quote(_METRICS_PROBE)} {shlex.quote(url)}")
     text = done.stdout if done.rc == 0 else ""
@@ -346,6 +349,8 @@ def test_metrics_served(host: Any, facts: HostFacts) -> None:
         for what, seen in (
             ("sglang's series", "\nsglang:" in text),
             (f'sglx_info of arch "{facts.arch}"', f'arch="{facts.arch}"' in text),
+            (f"sglx_info of image {image[:19]}", f'image_id="{image}"' in text),
+            (f"sglx_info of bundle {bundle}", not bundle or f'bundle_digest="{bundle}"' in text),
             ("sglx_server_start_time_seconds", "\nsglx_server_start_time_seconds " in text),
         )
         if not seen

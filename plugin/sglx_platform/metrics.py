@@ -21,6 +21,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -57,18 +58,26 @@ def _gauge(name: str, documentation: str, labels: tuple[str, ...] = ()) -> Gauge
 
 
 def publish_start(
-    *, arch: str, version: str, serving_profile: str, model: str, copied: int, present: int
+    *,
+    arch: str,
+    version: str,
+    serving_profile: str,
+    model: str,
+    copied: int,
+    present: int,
+    deployment: Mapping[str, str],
 ) -> None:
-    """What `sglx-serve` started: its info series, the start time (a restart changes it) and the
-    prebuilt Triton cache entries it put in place for the server's JIT cache."""
+    """What `sglx-serve` started: its info series (with the deployment's image id and bundle
+    digest, sglx_core.observability.deployment_labels), the start time (a restart changes it)
+    and the prebuilt Triton cache entries it put in place for the server's JIT cache."""
     if not enabled():
         return
     info = _gauge(
         PREFIX + "info",
-        "The sglx build and serving choice of this server (value 1)",
-        ("arch", "version", "serving_profile", "model"),
+        "The sglx build, serving choice and deployment of this server (value 1)",
+        ("arch", "version", "serving_profile", "model", *deployment),
     )
-    info.labels(arch, version, serving_profile, model).set(1)
+    info.labels(arch, version, serving_profile, model, *deployment.values()).set(1)
     started = _gauge(PREFIX + "server_start_time_seconds", "When sglx-serve started the server")
     started.set(time.time())
     entries = _gauge(

@@ -173,6 +173,7 @@ def _publish_metrics(
         model=model,
         copied=done[0],
         present=done[1],
+        deployment=observability.deployment_labels(os.environ),
     )
 
 

@@ -81,6 +81,11 @@ PANELS: list[tuple[str, str, list[tuple[str, str]]]] = [
         [(f"sglang:cache_hit_rate{{{SELECTED}}}", "{{host}}")],
     ),
     (
+        "Hosts per bundle (a rollout moves them from one to the next)",
+        "short",
+        [(f"count by (bundle_digest) (sglx_info{{{SELECTED}}})", "{{bundle_digest}}")],
+    ),
+    (
         "Prebuilt Triton cache entries at start",
         "short",
         [(f"sglx_prebuilt_triton_cache_entries{{{SELECTED}}}", "{{host}} {{state}}")],

@@ -38,6 +38,7 @@ from sglx_core.digests import sha256_hex
 from sglx_core.env_floors import raised
 from sglx_core.errors import SglxError
 from sglx_core.jit_cache import HOST_ENV, MODE, host_folder
+from sglx_core.observability import DEPLOYMENT_ENV, deployment_env
 from sglx_core.profile import Profile
 from sglx_core.weights_store import entry_folder
 
@@ -231,6 +232,9 @@ class Site:
     models_root: str | None = None
     # The digest (sha256:...) of the tuned set placed on the host; None = no set is mounted.
     tuned_digest: str | None = None
+    # The digest (sha256:...) of the bundle's bundle.json, which the install record is named by:
+    # with the image id, the server's environment names what runs (its sglx_info labels).
+    bundle_digest: str | None = None
 
 
 def model_folder(spec: RunSpec, site: Site) -> str | None:
@@ -391,7 +395,8 @@ def tail_words(spec: RunSpec, site: Site) -> list[str]:
     tuned = tuned_folder(spec, site)
     if tuned is not None and spec.tuned is not None:
         words += ["-v", f"{tuned}:{spec.tuned.target}:ro"]
-    for key, value in sorted({**spec.env, **site.extra_env}.items()):
+    deployment = deployment_env(site.image_id, site.bundle_digest)
+    for key, value in sorted({**spec.env, **site.extra_env, **deployment}.items()):
         words += ["-e", f"{key}={value}"]
     words.append(site.image)
     words += spec.server_args
@@ -431,4 +436,10 @@ def ansible_vars(spec: RunSpec) -> dict[str, Any]:
         # Where the server serves its metrics on sglang_service_port ("" = the profile turns
         # them off); sglang_service_metrics turns them off on a host.
         "sglang_service_metrics_path": spec.metrics_path or "",
+        # The variables the unit's environment names the image id and the bundle's digest in
+        # (sglang_service_image, sglang_service_bundle_digest): the server's sglx_info labels.
+        "sglang_service_deployment_env": {
+            "image": DEPLOYMENT_ENV["image_id"],
+            "bundle": DEPLOYMENT_ENV["bundle_digest"],
+        },
     }

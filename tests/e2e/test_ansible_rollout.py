@@ -35,6 +35,7 @@ upgrade does not wait for the saves (a delta's create still streams the whole `d
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -507,6 +508,8 @@ def test_rollout_serves_on_both_hosts_idempotently(
     a, b = fleet.hosts
     v1 = cpu_bundle["path"]
     fleet.state["v1"], fleet.state["v1_id"] = v1, cpu_bundle["image_id"]
+    v1_id = cpu_bundle["image_id"]
+    v1_digest = "sha256:" + hashlib.sha256((Path(v1) / "bundle.json").read_bytes()).hexdigest()
     # In the site, before the rollout (test_bundle_cpu verifies it with the scan re-run).
     sh(str(BIN / "sglx"), "bundle", "verify", str(v1), "--no-scan", "-q")
     roll_inv = fleet.inventory("roll", "cpu", {})  # with ODD_ARG, as every inventory
@@ -527,6 +530,8 @@ def test_rollout_serves_on_both_hosts_idempotently(
         } <= set(metrics), sorted(metrics)
         ((info,),) = [metrics["sglx_info"]]
         assert (info["arch"], info["model"]) == ("cpu", "demo"), info
+        # and what runs, as the unit's environment names it: the image and the bundle
+        assert (info["image_id"], info["bundle_digest"]) == (v1_id, v1_digest), info
         argv = server_argv(host)  # the odd argument arrives as one word, nothing expanded
         assert argv[argv.index("--download-dir") + 1 :][:1] == [ODD_ARG], argv
         assert argv.count("--download-dir") == 1, argv

@@ -8,6 +8,7 @@ costs seconds. Every image, bundle and mount is removed when its test or module 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import shutil
 import signal
@@ -154,6 +155,12 @@ def test_round_trip_then_a_second_install_redoes_nothing(
     docker_run = first["data"]["docker_run"]
     assert docker_run[:2] == ["docker", "run"] and docker_run[-1] == tiny["tag"]
     assert "--shm-size" in docker_run
+    # what the line starts, named in the server's environment: the image and this bundle (the
+    # digest of its bundle.json, which the install record is named by)
+    digest = "sha256:" + hashlib.sha256((bundle / "bundle.json").read_bytes()).hexdigest()
+    assert f"SGLX_BUNDLE_DIGEST={digest}" in docker_run, docker_run
+    assert f"SGLX_IMAGE_ID={tiny['id']}" in docker_run, docker_run
+    assert (state / f"{digest.replace(':', '-')}.json").is_file()
 
 
 def flip_byte(bundle: Path) -> None:

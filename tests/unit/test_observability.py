@@ -14,11 +14,18 @@ from pathlib import Path
 
 import pytest
 from helpers.platforms import apply
+from hypothesis import given
+from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 from test_plugin_serve_env import serve
 
 from sglx_core.errors import SglxError
-from sglx_core.observability import metrics_on
+from sglx_core.observability import (
+    DEPLOYMENT_ENV,
+    deployment_env,
+    deployment_labels,
+    metrics_on,
+)
 from sglx_core.profile import known_arches, load_profile
 
 # What sglang's add_prometheus_middleware serves at /metrics (srt/utils/common.py, 0.5.23).
@@ -28,6 +35,7 @@ COLLECT = (
     "multiprocess.MultiProcessCollector(registry)\n"
     "print(generate_latest(registry).decode())\n"
 )
+IMAGE = "sha256:" + "ab" * 32
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +102,11 @@ def test_sglx_serve_gives_the_server_a_metrics_folder_with_sglx_series(
     assert not fresh.exists()  # removed at exit
     kept = tmp_path / "metrics"
     (tmp_path / "again").mkdir()
-    proc, probe = serve("cpu", tmp_path / "again", model, {"PROMETHEUS_MULTIPROC_DIR": str(kept)})
+    # What runs, as the door that started it names it (sglx.run_spec.tail_words, the unit's env
+    # file): the image id, and a bundle digest that is not one, which the label leaves out.
+    deployment = {"SGLX_IMAGE_ID": IMAGE, "SGLX_BUNDLE_DIGEST": f"{IMAGE}\nx"}
+    environ = {"PROMETHEUS_MULTIPROC_DIR": str(kept), **deployment}
+    proc, probe = serve("cpu", tmp_path / "again", model, environ)
     assert proc.returncode == 0 and probe["environ"]["PROMETHEUS_MULTIPROC_DIR"] == str(kept)
     served = served_metrics(str(kept))
     ((labels, value),) = served["sglx_info"]
@@ -105,6 +117,8 @@ def test_sglx_serve_gives_the_server_a_metrics_folder_with_sglx_series(
             "version": labels["version"],
             "serving_profile": probe["environ"].get("SGLX_SERVING_PROFILE", "none"),
             "model": "demo",
+            "image_id": IMAGE,
+            "bundle_digest": "",
         }
         and value == 1.0
     )
@@ -127,3 +141,25 @@ def test_a_host_with_metrics_off_gets_no_folder_and_an_unreadable_switch_starts_
     refusal = "refused before starting the server: SGLX_METRICS='maybe' is neither on nor off"
     with pytest.raises(AssertionError, match=refusal):
         serve("cpu", tmp_path / "odd", model, {"SGLX_METRICS": "maybe"})
+
+
+def test_the_deployment_is_named_only_where_known() -> None:
+    """A door names what it knows (an image started by hand names neither)."""
+    bundle = "sha256:" + "cd" * 32
+    assert deployment_env(IMAGE, bundle) == {
+        "SGLX_IMAGE_ID": IMAGE,
+        "SGLX_BUNDLE_DIGEST": bundle,
+    }
+    assert deployment_env(IMAGE, None) == {"SGLX_IMAGE_ID": IMAGE}
+    assert deployment_env(None, None) == {}
+    assert deployment_labels({}) == {"image_id": "", "bundle_digest": ""}
+
+
+@given(st.dictionaries(st.sampled_from(sorted(DEPLOYMENT_ENV.values())), st.text(max_size=90)))
+def test_a_deployment_label_is_a_digest_or_empty(environ: dict[str, str]) -> None:
+    """Whatever the server's environment holds, a label is one bounded value: a digest or ""."""
+    for label, value in deployment_labels(environ).items():
+        assert value == "" or (value == environ[DEPLOYMENT_ENV[label]] and len(value) == 71), (
+            label,
+            value,
+        )

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import grp
+import hashlib
 import json
 import os
 import re
@@ -40,6 +41,7 @@ from sglx.bundle.manifest import parse
 from sglx.run_spec import RunSpec, Site, docker_run_words, make_jit_folder, run_spec
 from sglx.run_spec import ansible_vars as spec_vars
 from sglx_core.jit_cache import HOST_ENV
+from sglx_core.observability import DEPLOYMENT_ENV
 from sglx_core.profile import known_arches, load_profile
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -145,7 +147,7 @@ def models_root() -> str:
     return os.environ["SGLX_MODELS_ROOT"]
 
 
-def expected(spec: RunSpec) -> dict[str, Any]:
+def expected(spec: RunSpec, bundle_digest: str | None = None) -> dict[str, Any]:
     site = Site(
         image=IMAGE_REF,
         name="x",
@@ -154,8 +156,14 @@ def expected(spec: RunSpec) -> dict[str, Any]:
         jit_root=jit_root(),
         weights_digest=WEIGHTS_DIGEST,
         models_root=models_root(),
+        bundle_digest=bundle_digest,
     )
     return normalized(docker_run_words(spec, site))
+
+
+def digest_of(bundle: Path) -> str:
+    """The bundle's digest: the sha256 of its bundle.json (the install record's key)."""
+    return "sha256:" + hashlib.sha256((bundle / "bundle.json").read_bytes()).hexdigest()
 
 
 def render_role_vars(variables: dict[str, Any]) -> None:
@@ -179,7 +187,7 @@ def render_text(text: str, variables: dict[str, Any]) -> str:
 # --------------------------------------------------------------------------------------------
 
 
-def unit_variables(arch: str) -> dict[str, Any]:
+def unit_variables(arch: str, bundle_digest: str = "") -> dict[str, Any]:
     """The role's variables for `arch`'s unit, rendered as Ansible would."""
     profile = load_profile(arch)
     variables: dict[str, Any] = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
@@ -188,6 +196,7 @@ def unit_variables(arch: str) -> dict[str, Any]:
     variables.update(
         ansible_managed="managed",
         sglang_service_image=IMAGE_ID,
+        sglang_service_bundle_digest=bundle_digest,
         sglang_service_host_port=spec.port,
         sglang_service_weights_digest=WEIGHTS_DIGEST,
         sglang_service_models_root=models_root(),
@@ -210,8 +219,8 @@ def unit_variables(arch: str) -> dict[str, Any]:
     return variables
 
 
-def via_unit(arch: str) -> dict[str, Any]:
-    variables = unit_variables(arch)
+def via_unit(arch: str, bundle_digest: str = "") -> dict[str, Any]:
+    variables = unit_variables(arch, bundle_digest)
     spec = run_spec(load_profile(arch))
     unit = render("server.service.j2", variables)
     files = {"/etc/sglx/sglx-server.env": env_file(render("server.env.j2", variables))}
@@ -241,7 +250,6 @@ def fake_bin(folder: Path, record: Path) -> Path:
 
 
 def make_bundle(arch: str, where: Path) -> Path:
-    import hashlib
 
     from sglx.bundle.manifest import WeightsFile, WeightsRecord
 
@@ -297,8 +305,9 @@ def via_bundle_install(bundle: Path, monkeypatch: pytest.MonkeyPatch) -> dict[st
     manifest = parse((bundle / "bundle.json").read_bytes(), "bundle.json")
     entry = Path(models_root()) / WEIGHTS_DIGEST.removeprefix("sha256:")
     words, why_not, folder = run_line.docker_run_line(
-        read_carried_spec(bundle), manifest, entry, Path(jit_root()), Path(models_root())
-    )
+        read_carried_spec(bundle), manifest, entry, Path(jit_root()), Path(models_root()),
+        bundle_digest=digest_of(bundle),
+    )  # fmt: skip
     assert words, why_not
     assert folder == f"{jit_root()}/{'0' * 64}"
     return normalized(words)
@@ -311,9 +320,15 @@ def test_unit_install_sh_and_bundle_install_run_the_same_container(
     if shutil.which("sha256sum") is None:
         pytest.skip("coreutils' sha256sum is needed to run install.sh")
     spec = run_spec(load_profile(arch))
-    want = expected(spec)
     bundle = make_bundle(arch, tmp_path)
-    assert via_unit(arch) == want
+    digest = digest_of(bundle)
+    want = expected(spec, digest)
+    # what runs, named in the server's environment: its sglx_info labels
+    assert {k: want["env"].get(k) for k in DEPLOYMENT_ENV.values()} == {
+        "SGLX_IMAGE_ID": IMAGE_ID,
+        "SGLX_BUNDLE_DIGEST": digest,
+    }
+    assert via_unit(arch, digest) == want
     assert via_install_sh(bundle, tmp_path) == want
     assert via_bundle_install(bundle, monkeypatch) == want
 
@@ -330,7 +345,8 @@ def test_install_sh_installs_alike_under_each_shell_a_host_may_have(
     if shutil.which(shell[0]) is None:
         pytest.fail(f"{shell[0]} is needed: scripts/bootstrap.sh installs it")
     bundle = make_bundle("cpu", tmp_path)
-    assert via_install_sh(bundle, tmp_path, shell) == expected(run_spec(load_profile("cpu")))
+    want = expected(run_spec(load_profile("cpu")), digest_of(bundle))
+    assert via_install_sh(bundle, tmp_path, shell) == want
 
 
 def test_gfx1151_passes_its_groups_by_the_hosts_numeric_gid() -> None:

@@ -182,7 +182,7 @@ def _install(bundle: Path, options: InstallOptions, progress: Progress) -> Resul
     record.finish()
     result = _result(
         bundle, spec, manifest, steps, weights_target, options.jit_root, plan.store_root,
-        cli=plan.engine.cli,
+        cli=plan.engine.cli, bundle_digest=record.digest,
     )  # fmt: skip
     return _with_record(result, record)
 
@@ -499,10 +499,14 @@ def _result(
     jit_root: Path | None = None,
     store_root: Path | None = None,
     cli: str = "docker",
+    bundle_digest: str | None = None,
 ) -> Result:
-    """The report; the start line names the engine's CLI (`cli`: docker, or podman)."""
+    """The report; the start line names the engine's CLI (`cli`: docker, or podman) and the
+    bundle (`bundle_digest`, its install record's key) it came from."""
     redone = [name for name, row in steps.rows.items() if row["status"] == "done"]
-    run, why_not, jit = docker_run_line(spec, manifest, weights, jit_root, store_root)
+    run, why_not, jit = docker_run_line(
+        spec, manifest, weights, jit_root, store_root, bundle_digest=bundle_digest
+    )
     run = [cli, *run[1:]] if run else run
     rows = tuple((name, row["status"], row["detail"]) for name, row in steps.rows.items())
     lines = [

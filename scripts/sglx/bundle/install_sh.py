@@ -67,6 +67,8 @@ _ID = re.compile(DIGEST)
 # Stands for the JIT cache root in the rendered run line; install.sh puts the root in its place
 # (a plain path: a word shlex leaves bare stays one word).
 JIT_MARK = "@SGLX_JIT_ROOT@"
+# Where the printed line names the bundle: install.sh puts the digest of its bundle.json there.
+BUNDLE_MARK = "@SGLX_BUNDLE@"
 # A bundle path can hold 100,000 lines of a 400-character path plus a hash: the bound on
 # SHA256SUMS that install.sh reads before trusting it.
 MAX_SUMS_BYTES = layout.MAX_FILES * (layout.MAX_PATH_CHARS + 67)
@@ -223,6 +225,7 @@ def render(
         jit_root=JIT_MARK,
         weights_digest=None if weights is None else weights.digest,
         models_root=install_sh_weights.MODELS_MARK,
+        bundle_digest=BUNDLE_MARK,
     )
     head, tail = (
         [plain(word, "a docker run argument") for word in words]
@@ -239,6 +242,7 @@ def render(
         run_groups=shlex.quote(" ".join(spec.groups)),
         jit_root_default=shlex.quote(plain(spec.jit_cache.host_root, "the JIT cache root")),
         jit_mark=JIT_MARK,
+        bundle_mark=BUNDLE_MARK,
         jit_name=folder_name(image_id),
         jit_uid=spec.jit_cache.uid,
         lock_dir=shlex.quote(plain(lock_folder(spec) or "", "the device-init lock folder")),

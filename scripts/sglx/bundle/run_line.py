@@ -20,11 +20,13 @@ def docker_run_line(
     weights: Path | None,
     jit_root: Path | None = None,
     store_root: Path | None = None,
+    bundle_digest: str | None = None,
 ) -> tuple[list[str], str, str | None]:
     """The `docker run` line of the bundle's own run spec (meta/run.json, written from the
     profile baked into its image), the groups by this host's GIDs where the profile says so,
-    and the JIT cache folder it mounts, created here (None for a spec without one); or no line
-    and the reason (a bundle older than meta/run.json, a group the host lacks)."""
+    the image id and `bundle_digest` (of its bundle.json) in the server's environment, and the
+    JIT cache folder it mounts, created here (None for a spec without one); or no line and the
+    reason (a bundle older than meta/run.json, a group the host lacks)."""
     from sglx.run_spec import (
         RunSpec,
         Site,
@@ -55,6 +57,7 @@ def docker_run_line(
             if store_root is None or manifest.weights is None
             else manifest.weights.digest,
             models_root=None if store_root is None else str(store_root),
+            bundle_digest=bundle_digest,
         )
     except SglxError as exc:
         why = f"no start line: {exc.message} ({exc.hint})" if exc.hint else exc.message

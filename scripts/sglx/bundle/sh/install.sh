@@ -444,7 +444,7 @@ if [ "$door" != bundle_install ]; then
     die "cannot create the device-init lock folder $(q "$lock_dir")" "run install.sh as root"
 fi
 run_line=$(printf '%s\n' "$run_line" | sed -e "s|@JIT_MARK@|$jit_root|g" \
-  -e "s|@MODELS_MARK@|$models_root|g")
+  -e "s|@MODELS_MARK@|$models_root|g" -e "s|@BUNDLE_MARK@|sha256:$digest|g")
 @WEIGHTS_NOTE@
 say "installed. Start the server with:"
 printf '%s\n' "$engine${run_line#docker}"
