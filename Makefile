@@ -15,8 +15,10 @@ PYTEST_ARGS ?=
 # took on CI's two cores).
 TEST_WORKERS ?= 2
 BENCH ?= image
+# Every arch profile's name (images/*/arch.yaml), asked of sglx when a recipe needs it.
+ARCHES = $(or $(shell $(SGLX) arch list --json | $(BIN)/python -c 'import json,sys; print(" ".join(a["arch"] for a in json.load(sys.stdin)["data"]["arches"]))'),$(error sglx arch list named no arch: run make setup, then this again))
 
-.PHONY: help setup test e2e lint lock-check unit docs validate image prune bundle bench rollout check-hosts
+.PHONY: help setup test e2e lint lint-static lock-check unit docs validate image prune bundle bench rollout check-hosts
 
 help: ## List the targets
 	@echo "sglx make targets (ARCH=$(ARCH); override with ARCH=gfx942 and so on):"
@@ -43,10 +45,10 @@ bench: setup ## Run a benchmark: BENCH=image|scan|weights|bundle (kernels need a
 
 # Lint runs beside the tests (its output follows theirs): the tests' first minutes wait on the
 # network (debootstrap, the wheel fetch), not on the cores lint takes. Fails if either fails.
-# Beside them it leaves out its shellcheck of install.sh, a unit test the suite runs anyway.
+# Beside them it is lint-static: lint's shellcheck of install.sh is a unit test the suite runs.
 test: setup ## Lint beside unit, real-engine integration and the Ansible end-to-end run with its break cases
 	@lint_log=$$(mktemp -t sglx-lint.XXXXXX); \
-	nice -n 10 $(MAKE) --no-print-directory lint LINT_BESIDE_TESTS=1 >"$$lint_log" 2>&1 & lint_pid=$$!; \
+	nice -n 10 $(MAKE) --no-print-directory lint-static >"$$lint_log" 2>&1 & lint_pid=$$!; \
 	tests_rc=0; $(BIN)/pytest $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder) $(PYTEST_ARGS) || tests_rc=$$?; \
 	lint_rc=0; wait $$lint_pid || lint_rc=$$?; \
 	echo "make test: lint, run beside the tests:"; cat "$$lint_log"; rm -f "$$lint_log"; \
@@ -57,26 +59,27 @@ e2e: setup ## The Ansible end-to-end run alone: site, host checks, rollout, thre
 	$(BIN)/pytest -m e2e tests/e2e $(PYTEST_ARGS)
 
 lock-check: setup ## Re-resolve every arch's lock against the index at its recorded cutoff (needs the index; the suite checks the cpu lock offline)
-	for arch in $$($(SGLX) arch list --json | $(BIN)/python -c 'import json,sys; print(" ".join(a["arch"] for a in json.load(sys.stdin)["data"]["arches"]))'); do \
-	  $(SGLX) wheels lock --arch $$arch --check; done
+	for arch in $(ARCHES); do $(SGLX) wheels lock --arch $$arch --check; done
 
 unit: ## Run the unit tests only (no Docker engine needed)
 	@SGLX_NO_ENGINE=1 bash scripts/bootstrap.sh
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
 
-lint: setup ## ruff (lint and format check), mypy, the import layering contracts, ansible-lint (production profile), the Ansible vars, Prometheus rules, Grafana dashboard and bundle.json schema drift checks, promtool, and shellcheck of the install.sh sglx renders
+lint: lint-static ## lint-static, then shellcheck of the install.sh sglx renders
+	$(BIN)/pytest -q -p no:cacheprovider tests/unit/test_install_sh_shellcheck.py
+
+lint-static: setup ## ruff (lint and format check), mypy, the import layering contracts, ansible-lint (production profile), promtool, and the drift checks of the Ansible vars, Prometheus rules, Grafana dashboard and bundle.json schema
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-cache
 	cd ansible && PATH="$(abspath $(BIN)):$$PATH" $(abspath $(BIN))/ansible-lint -q
-	for arch in $$($(SGLX) arch list --json | $(BIN)/python -c 'import json,sys; print(" ".join(a["arch"] for a in json.load(sys.stdin)["data"]["arches"]))'); do \
+	for arch in $(ARCHES); do \
 	  $(SGLX) ansible vars --arch $$arch --out ansible/inventory/example/group_vars/$$arch/sglx_profile.yml --check; done
 	$(SGLX) ansible rules --out ansible/prometheus/sglx.rules.yml --check
 	$(SGLX) ansible dashboard --out ansible/prometheus/sglx.dashboard.json --check
 	$(SGLX) bundle schema --out bundles/bundle.schema.json --check
 	promtool check rules ansible/prometheus/sglx.rules.yml
-	$(if $(LINT_BESIDE_TESTS),@echo "lint: shellcheck of install.sh: in the suite (tests/unit/test_install_sh_shellcheck.py)",$(BIN)/pytest -q -p no:cacheprovider tests/unit/test_install_sh_shellcheck.py)
 
 rollout: setup ## Roll BUNDLE (a folder on the hosts) out to INVENTORY's hosts of ARCH, one at a time (ansible/rollout.yml)
 	@test -n "$(INVENTORY)" || { echo "make rollout: set INVENTORY=FILE (see ansible/inventory/example)" >&2; exit 2; }
