@@ -10,12 +10,20 @@ Two checks, each cheap enough to run while the server serves, and a third where 
   read from the engine (`--memory-usage`: `docker stats`' "USED / LIMIT", as it printed it),
   under a bound: seed 000's fragmentation restart, a server whose memory only grows failing it
   so that the host's `restart` policy frees it.
-The expensive ones (the speed benchmark, the collective) stay with the rollout and
-`sglx hosts check`.
+And one expensive check, where the host says it is due (`--speed`: every few hours, the host
+script keeps the time):
+- `speed`: the rollout's benchmark (sglx_platform.speed_gate: sglang's bench_serving, the
+  profile's gate.speed) held against the profile's and the site's floors, measured again
+  before a failure counts. A timer run has no fleet beside it, so it judges no median: the
+  site's Prometheus compares the hosts' served throughput (SglxSpeedOutlier). Its series go to
+  a textfile of their own (`speed_textfile`), rewritten only when it runs.
+The collective stays with the rollout and `sglx hosts check`: it needs the devices the server
+holds.
 
 It prints one JSON object: `record` (each check's verdict and message, when it ran and how long
-it took: the host keeps it as its last gate record) and `textfile` (the same as Prometheus
-series, rendered by prometheus_client for the node exporter's textfile collector). Why a
+it took: the host keeps it as its last gate record), `textfile` (the same as Prometheus
+series, rendered by prometheus_client for the node exporter's textfile collector) and, when the
+speed check ran, `speed_textfile`. Why a
 container: the golden file, the baked profile and its tolerances are in the image, and so is
 prometheus_client; the host needs only Python's standard library to place the two files. Exit 0
 when every check passed, 1 when one failed, 2 when the tick could not judge.
@@ -31,14 +39,21 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
+from sglx_core.gate.speed import DEFAULT_FRACTION
+from sglx_core.gate.speed_record import SpeedRecord, settings_of
 from sglx_core.report import result_of
 from sglx_core.sizes import parse_engine_figure
 from sglx_platform.golden_replay import DEFAULT_GOLDEN, DEFAULT_TIMEOUT_S, replay
+from sglx_platform.image_profile import baked_profile
 
 HEALTH_TIMEOUT_S = 10.0
+DEFAULT_SPEED_TIMEOUT_S = 300.0
+# A timed run's fleet key: it judges no peers, so the key only names the record's origin.
+TIMER_FLEET = "gate-timer"
 FORMAT = "sglx-gate-record"
 VERSION = 1
 
@@ -71,6 +86,59 @@ def numerics(url: str, host: str | None, golden: Path, timeout: float) -> Verdic
     said = [f.message for f in result.findings] + [e.message for e in result.errors]
     message = "; ".join(said) if said else "the served numbers match the golden file"
     return Verdict("numerics", result.exit_code == 0, message, time.monotonic() - started)
+
+
+def speed(
+    url: str, host: str | None, floors: dict[str, Any], slos: dict[str, Any], timeout: float
+) -> tuple[Verdict, float | None]:
+    """The rollout's benchmark against the floors (no fleet: no median); the verdict and the
+    output tok/s of its last measurement (None where it could not measure)."""
+    from sglx_platform import speed_gate
+
+    started = time.monotonic()
+    name = host or "this host"
+    result = result_of(
+        ("gate_tick",),
+        lambda: speed_gate.gate(
+            url=url, host=name, fleet=TIMER_FLEET, peers=b"", fraction=DEFAULT_FRACTION,
+            site_floors=floors, site_slos=slos, timeout=timeout,
+        ),
+    )  # fmt: skip
+    record = result.data.get("record") if isinstance(result.data, dict) else None
+    tok_s = None
+    if isinstance(record, dict):
+        measured = SpeedRecord(name, TIMER_FLEET, str(record["measured_at"]), str(record["line"]))
+        tok_s = measured.result(settings_of(baked_profile(), slos)).output_tok_s
+    said = [f.message for f in result.findings] + [e.message for e in result.errors]
+    if said:
+        message = "; ".join(said)
+    else:
+        message = f"{tok_s:.1f} output tok/s, within the floors (a timed run judges no median)"
+    seconds = time.monotonic() - started
+    return Verdict("speed", result.exit_code == 0, message, seconds), tok_s
+
+
+def speed_textfile(verdict: Verdict, finished: float, output_tok_s: float | None) -> str:
+    """The speed check's series, in a textfile of their own: a timed run without it leaves them
+    as the last run that measured wrote them."""
+    registry = CollectorRegistry()
+    Gauge(
+        "sglx_gate_speed_passed",
+        "1 when the timed speed check last passed (the profile's and the site's floors), else 0",
+        registry=registry,
+    ).set(int(verdict.passed))
+    Gauge(
+        "sglx_gate_speed_last_run_timestamp_seconds",
+        "when the timer last ran the speed check (Unix time)",
+        registry=registry,
+    ).set(round(finished, 3))
+    if output_tok_s is not None:
+        Gauge(
+            "sglx_gate_speed_output_tokens_per_second",
+            "the output throughput the timed speed check last measured",
+            registry=registry,
+        ).set(round(output_tok_s, 3))
+    return generate_latest(registry).decode()
 
 
 def memory_used(usage: str) -> float | None:
@@ -139,7 +207,11 @@ def tick(
     interval: int,
     memory_bytes: float | None = None,
     memory_max_bytes: float = 0.0,
+    speed_limits: tuple[dict[str, Any], dict[str, Any]] | None = None,
+    speed_timeout: float = DEFAULT_SPEED_TIMEOUT_S,
 ) -> dict[str, object]:
+    """The checks' verdicts as the record and the series; `speed_limits` (the site's floors
+    and SLOs) runs the speed check too, each benchmark within `speed_timeout` seconds."""
     verdicts = [health(url)]
     if verdicts[0].passed:
         verdicts.append(numerics(url, host, golden, timeout))
@@ -147,6 +219,14 @@ def tick(
         verdicts.append(Verdict("numerics", False, "not run: the server is not healthy", 0.0))
     if memory_max_bytes > 0:
         verdicts.append(memory(memory_bytes, memory_max_bytes))
+    measured: tuple[Verdict, float | None] | None = None
+    if speed_limits is not None:
+        measured = (
+            speed(url, host, *speed_limits, speed_timeout)
+            if verdicts[0].passed
+            else (Verdict("speed", False, "not run: the server is not healthy", 0.0), None)
+        )
+        verdicts.append(measured[0])
     finished = time.time()
     record = {
         "format": FORMAT,
@@ -158,7 +238,14 @@ def tick(
             for v in verdicts
         },
     }
-    return {"record": record, "textfile": textfile(verdicts, finished, interval, memory_bytes)}
+    cheap = [v for v in verdicts if v.check != "speed"]
+    out: dict[str, object] = {
+        "record": record,
+        "textfile": textfile(cheap, finished, interval, memory_bytes),
+    }
+    if measured is not None:
+        out["speed_textfile"] = speed_textfile(measured[0], finished, measured[1])
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -173,10 +260,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--interval", type=int, default=900, help="the timer's period, s")
     parser.add_argument("--memory-usage", default="", help="docker stats' MemUsage, as read")
     parser.add_argument("--memory-max-bytes", type=float, default=0.0, help="0: no memory check")
+    parser.add_argument("--speed", action="store_true", help="run the speed check too")
+    parser.add_argument("--speed-floors", default="{}", help="the site's floors, a JSON object")
+    parser.add_argument("--speed-slos", default="{}", help="the site's SLOs, a JSON object")
+    parser.add_argument(
+        "--speed-timeout", type=float, default=DEFAULT_SPEED_TIMEOUT_S, help="per benchmark, s"
+    )
     args = parser.parse_args(argv)
     try:
+        limits = None
+        if args.speed:
+            from sglx_platform.speed_gate import json_object
+
+            floors = json_object(args.speed_floors, "--speed-floors", '{"min_output_tok_s": 9}')
+            limits = (floors, json_object(args.speed_slos, "--speed-slos", '{"tpot_ms": 150}'))
         out = tick(args.url.rstrip("/"), args.host, args.golden, args.timeout, args.interval,
-                   memory_used(args.memory_usage[:200]), args.memory_max_bytes)  # fmt: skip
+                   memory_used(args.memory_usage[:200]), args.memory_max_bytes,
+                   limits, args.speed_timeout)  # fmt: skip
     except Exception as exc:  # a tick that cannot judge says why, and the host records it
         print(f"sglx gate tick: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2

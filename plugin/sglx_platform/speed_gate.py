@@ -352,7 +352,8 @@ def _measure(
     return SpeedRecord(host, fleet, datetime.now(UTC).isoformat(timespec="seconds"), line)
 
 
-def _object(text: str, flag: str, example: str) -> dict[str, Any]:
+def json_object(text: str, flag: str, example: str) -> dict[str, Any]:
+    """A flag's JSON object (floors, SLOs), read as the untrusted text it is."""
     value = parse_json(text, path=Path(flag), what=flag)
     if not isinstance(value, dict):
         raise SglxError(f"{flag} is not a JSON object", hint=f"give e.g. {example}", code="usage")
@@ -427,8 +428,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("give --image and --server-args (or --fleet): they say which hosts compare")
 
     def run() -> Result:
-        floors = _object(args.floors, "--floors", '{"min_output_tok_s": 900}')
-        slos = _object(args.slos, "--slos", '{"ttft_ms": 60000, "tpot_ms": 150}')
+        floors = json_object(args.floors, "--floors", '{"min_output_tok_s": 900}')
+        slos = json_object(args.slos, "--slos", '{"ttft_ms": 60000, "tpot_ms": 150}')
         fleet = args.fleet or fleet_key(args.image, _server_args(args.server_args))
         if args.measure_only:
             return measure_only(

@@ -124,6 +124,16 @@ def rules_document() -> dict[str, Any]:
             "roll the host back or take it out of service",
         ),
         _alert(
+            "SglxGateSpeedBelowFloor",
+            "min by (fleet, host, instance) (sglx_gate_speed_passed) == 0",
+            "0m",
+            "warning",
+            "{{ $labels.instance }} serves below its speed floors on the gate timer's benchmark",
+            "read the run on the host (journalctl -u sglx-server-gate: both measurements and "
+            "the floor); compare its driver, firmware and serving profile with a peer's (sglx "
+            "hosts check), and look for what else takes its devices or cores",
+        ),
+        _alert(
             "SglxGateStale",
             f"time() - sglx_gate_last_run_timestamp_seconds\n"
             f"  > {MISSED_RUNS} * sglx_gate_interval_seconds\n",

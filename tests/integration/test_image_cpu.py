@@ -321,6 +321,21 @@ def test_the_gate_timer_judges_the_served_numbers_and_writes_series_and_a_record
     assert series[("sglx_gate_check_passed", "memory")] == 0.0
     assert series[("sglx_server_memory_bytes", "")] > 2**20
 
+    # The speed check, due (no measurement before): the rollout's benchmark in the container,
+    # against the site's floor, its series in a textfile of their own.
+    timed = _gate_tick(started, tmp_path, "--speed-every", "3600",
+                       "--speed-floors", '{"min_output_tok_s": 1}')  # fmt: skip
+    assert timed.returncode == 0, timed.stdout + timed.stderr
+    assert "host-a: speed passed:" in timed.stdout, timed.stdout
+    speed = _series(tmp_path / "textfile" / "sglx_gate_speed.prom")
+    assert speed[("sglx_gate_speed_passed", "")] == 1.0
+    assert speed[("sglx_gate_speed_output_tokens_per_second", "")] > 1.0
+    record = json.loads((tmp_path / "gate.json").read_text())
+    assert record["checks"]["speed"]["passed"] and record["speed_at"] > 1.7e9, record
+    assert ("sglx_gate_check_passed", "speed") not in _series(
+        tmp_path / "textfile" / "sglx_gate.prom"
+    )
+
     # A server that does not answer (a port nothing listens on, inside the container).
     wrong = subprocess.run(
         [sys.executable, str(GATE_TICK), "--container", started.name, "--url",

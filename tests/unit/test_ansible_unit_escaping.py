@@ -275,6 +275,8 @@ def test_hostile_but_legal_values_reach_systemd_and_docker_unchanged(public: Pat
         sglx_arch="cpu %n",
         sglang_service_gate_textfile_dir=str(odd / "textfile %h dir"),
         sglang_service_gate_timer_record=str(odd / "gate $HOME.json"),
+        sglang_service_gate_speed_floors={"min_output_tok_s": 900},
+        sglang_service_gate_speed_record=str(odd / "speed %h.json"),
     )  # fmt: skip
     code, out = play(public, {"node": host})
     assert code == 0, out
@@ -317,7 +319,12 @@ def test_hostile_but_legal_values_reach_systemd_and_docker_unchanged(public: Pat
         "--unit", "sglx-server.service", "--docker", str(docker),
         "--textfile", str(odd / "textfile %h dir" / "sglx_gate.prom"),
         "--record", str(odd / "gate $HOME.json"), "--remediation", "alert",
-        "--max-restarts", "1", "--window", "3600", "--interval", "900", "--timeout", "300",
+        "--max-restarts", "1", "--window", "3600",
+        # the speed check every sglang_service_gate_timer_speed_hours, with the site's floors
+        "--speed-every", "86400", "--speed-floors", '{"min_output_tok_s": 900}',
+        "--speed-slos", "{}", "--speed-record", str(odd / "speed %h.json"),
+        "--speed-timeout", "300",
+        "--interval", "900", "--timeout", "300",
     ]]}  # fmt: skip
 
 

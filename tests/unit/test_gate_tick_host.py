@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
+from datetime import UTC, datetime
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -152,12 +153,15 @@ def test_a_torn_or_huge_record_counts_as_no_actions(tmp_path: Path) -> None:
         assert tick.previous_actions(path, time.time(), 3600.0) == []
 
 
-def stand_ins(folder: Path, passed: bool) -> tuple[Path, Path, Path]:
+def stand_ins(
+    folder: Path, passed: bool, answered: dict[str, Any] | None = None
+) -> tuple[Path, Path, Path]:
     """`docker` answering `stats` with a memory use and `exec` with the gate's JSON (exit 0 or
-    1), logging the exec's argv; `systemctl` logging its argv."""
+    1; `answered`, else `answer(passed)`), logging the exec's argv; `systemctl` logging its
+    argv."""
     folder.mkdir(parents=True, exist_ok=True)
     said, log = folder / "answer.json", folder / "systemctl.log"
-    said.write_text(json.dumps(answer(passed)))
+    said.write_text(json.dumps(answered or answer(passed)))
     docker, systemctl = folder / "docker", folder / "systemctl"
     docker.write_text(
         '#!/bin/sh\n[ "$1" = stats ] && { echo "1.5GiB / 23.47GiB"; exit 0; }\n'
@@ -169,8 +173,10 @@ def stand_ins(folder: Path, passed: bool) -> tuple[Path, Path, Path]:
     return docker, systemctl, log
 
 
-def run_tick(tmp: Path, host: str, passed: bool, *extra: str) -> tuple[int, str, list[str]]:
-    docker, systemctl, log = stand_ins(tmp / host, passed)
+def run_tick(
+    tmp: Path, host: str, passed: bool, *extra: str, answered: dict[str, Any] | None = None
+) -> tuple[int, str, list[str]]:
+    docker, systemctl, log = stand_ins(tmp / host, passed, answered)
     done = subprocess.run(
         [sys.executable, str(SCRIPT), "--container", "c", "--url", "http://127.0.0.1:1",
          "--host", host, "--unit", "sglx-server.service", "--docker", str(docker),
@@ -342,3 +348,112 @@ def test_the_container_fails_memory_above_its_bound_and_renders_the_figure() -> 
     series = {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples}
     assert series["sglx_server_memory_bytes"] == 3 * 2**30
     assert "sglx_server_memory_bytes" not in gate_tick.textfile([above], 1.8e9, 900, -1)
+
+
+# --- the speed check on the timer: due every --speed-every s, alert only -------------------
+
+
+def speed_answer(passed: bool) -> dict[str, Any]:
+    """The container's answer to a run with --speed: the cheap checks passed, speed as asked."""
+    said = answer(True)
+    message = "212.0 output tok/s" if passed else "below the floor 900 (measured twice: 1, 2)"
+    said["record"]["checks"]["speed"] = {"passed": passed, "message": message}
+    said["record"]["passed"] = passed
+    said["speed_textfile"] = f"sglx_gate_speed_passed {float(passed)}\n"
+    return said
+
+
+def exec_argv(tmp: Path, host: str) -> str:
+    return (tmp / host / "exec.argv").read_text()
+
+
+def test_speed_runs_when_due_counting_from_the_rollouts_measurement(tmp_path: Path) -> None:
+    """--speed-every: the first run after a long-ago measurement benchmarks, with the site's
+    floors; a record that measured within the period does not, whether the timer's (speed_at)
+    or the rollout's (its speed record's measured_at, so a fresh rollout is not benchmarked
+    again at once); without --speed-every nothing is timed."""
+    every = ["--speed-every", "3600", "--speed-floors", '{"min_output_tok_s": 900}']
+    rollout = tmp_path / "gate-speed.json"
+    rollout.write_text(json.dumps({"measured_at": "2026-01-01T00:00:00+00:00"}))
+    code, said, _ = run_tick(tmp_path, "host-a", True, *every, "--speed-record", str(rollout),
+                             answered=speed_answer(True))  # fmt: skip
+    assert code == 0, said
+    argv = exec_argv(tmp_path, "host-a")
+    assert '--speed --speed-floors={"min_output_tok_s": 900} --speed-slos={}' in argv, argv
+    assert "host-a: speed passed: 212.0 output tok/s" in said, said
+    record = json.loads((tmp_path / "host-a" / "gate.json").read_text())
+    assert time.time() - record["speed_at"] < 60, record
+    speed_file = tmp_path / "host-a" / "sglx_gate_speed.prom"
+    assert speed_file.read_text() == "sglx_gate_speed_passed 1.0\n"
+    # measured just now, by this timer: the next run within the period does not benchmark
+    speed_file.unlink()
+    code, said, _ = run_tick(tmp_path, "host-a", True, *every)
+    assert code == 0 and "--speed" not in exec_argv(tmp_path, "host-a"), said
+    assert not speed_file.exists()  # its series stay as the last measuring run wrote them
+    again = json.loads((tmp_path / "host-a" / "gate.json").read_text())
+    assert again["speed_at"] == record["speed_at"]  # carried from the run that measured
+    # a rollout that measured a minute ago counts as the last measurement
+    rollout.write_text(json.dumps({"measured_at": datetime.now(UTC).isoformat()}))
+    run_tick(tmp_path, "host-b", True, *every, "--speed-record", str(rollout))
+    assert "--speed" not in exec_argv(tmp_path, "host-b")
+    run_tick(tmp_path, "host-c", True)
+    assert "--speed" not in exec_argv(tmp_path, "host-c")
+
+
+def test_a_run_failing_on_speed_alone_only_alerts(tmp_path: Path) -> None:
+    """Slow is named (the record, the journal, the series), never restarted or stopped: a
+    restart does not make a host faster, and the policy acts on the other checks only."""
+    for policy in ("restart", "stop"):
+        code, said, calls = run_tick(tmp_path, f"host-{policy}", False, "--speed-every", "60",
+                                     "--remediation", policy,
+                                     answered=speed_answer(False))  # fmt: skip
+        assert code == 1, said
+        assert "speed FAILED: below the floor 900 (measured twice: 1, 2)" in said, said
+        assert f"remediation ({policy}): alert (slow: a restart does not make it faster)" in said
+        assert calls == []
+    # numerics failing beside it: the policy acts
+    both = speed_answer(False)
+    both["record"]["checks"]["numerics"] = {"passed": False, "message": "drift"}
+    code, said, calls = run_tick(tmp_path, "host-both", False, "--speed-every", "60",
+                                 "--remediation", "restart", answered=both)  # fmt: skip
+    assert code == 1 and calls == ["restart sglx-server.service"], (said, calls)
+
+
+@given(value=st.one_of(JSON, st.text(max_size=40)))
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+def test_any_speed_record_or_timer_record_decides_without_a_traceback(
+    value: Any, tmp_path: Path
+) -> None:
+    """A hand-edited rollout record or timer record (any JSON, any measured_at or speed_at)
+    gives a time or None, and the due decision never raises."""
+    rollout, record = tmp_path / "speed.json", tmp_path / "gate.json"
+    for measured in (value, {"measured_at": value}):
+        rollout.write_text(json.dumps(measured))
+        record.write_text(json.dumps({"speed_at": value} if not isinstance(value, dict) else value))
+        args = tick.argparse.Namespace(speed_every=3600, speed_record=rollout, record=record)
+        last = tick.last_speed(args, tick.read_json(record))
+        assert last is None or isinstance(last, float)
+        assert tick.speed_due(args, tick.read_json(record), time.time()) in (True, False)
+
+
+def test_the_containers_speed_series_have_a_textfile_of_their_own() -> None:
+    """sglx_platform.gate_tick: the speed check's verdict, when it ran and what it measured;
+    a check that could not measure leaves the throughput out."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from sglx_platform import gate_tick
+
+    passed = gate_tick.Verdict("speed", True, "212.0 output tok/s", 9.5)
+    text = gate_tick.speed_textfile(passed, 1.8e9, 212.0)
+    series = {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples}
+    assert series == {
+        "sglx_gate_speed_passed": 1.0,
+        "sglx_gate_speed_last_run_timestamp_seconds": 1.8e9,
+        "sglx_gate_speed_output_tokens_per_second": 212.0,
+    }
+    failed = gate_tick.Verdict("speed", False, "not run: the server is not healthy", 0.0)
+    text = gate_tick.speed_textfile(failed, 1.8e9, None)
+    assert "sglx_gate_speed_passed 0.0" in text
+    assert "output_tokens" not in text

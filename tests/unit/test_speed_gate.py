@@ -332,3 +332,23 @@ def test_a_peers_file_is_read_bounded_and_regular_only(
         assert speed_gate.main([*argv, "--peers", str(path)]) == 2
         said = json.loads(capsys.readouterr().out)
         assert f"the peers' records is {kind}, not a regular file" in said["errors"][0]["message"]
+
+
+def test_the_gate_timers_speed_check_holds_the_floors_and_measures_a_failure_twice(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """sglx_platform.gate_tick.speed: the rollout's gate with no fleet beside it (floors only),
+    its verdict and the output tok/s the last run measured."""
+    from sglx_platform import gate_tick
+
+    monkeypatch.setattr(speed_gate, "baked_profile", _profile)
+    monkeypatch.setattr(gate_tick, "baked_profile", _profile)
+    floors = {"min_output_tok_s": 100}
+    runs = _measured(monkeypatch, 200.0)
+    verdict, tok_s = gate_tick.speed("http://127.0.0.1:1", "host-a", floors, {}, 1.0)
+    assert (verdict.check, verdict.passed, tok_s, runs) == ("speed", True, 200.0, ["host-a"])
+    assert verdict.message.startswith("200.0 output tok/s, within the floors"), verdict
+    runs = _measured(monkeypatch, 20.0, 30.0)
+    verdict, tok_s = gate_tick.speed("http://127.0.0.1:1", "host-a", floors, {}, 1.0)
+    assert (verdict.passed, tok_s, len(runs)) == (False, 30.0, 2)
+    assert "measured twice: 20.0, then 30.0 output tok/s" in verdict.message, verdict

@@ -15,6 +15,14 @@ health and the golden-numerics replay, where the image's golden file and toleran
   `--max-restarts` times per window, then only alert), or `stop` (stop the unit until an
   operator acts). Every action is logged to the journal with the result that caused it.
 
+Every `--speed-every` seconds it also runs the speed check (the rollout's benchmark against
+the floors, `--speed-floors`, `--speed-slos`), counting from the last measurement: the timer's
+own (the record's `speed_at`) or the rollout's (`--speed-record`, its `measured_at`), so a
+fresh rollout is not benchmarked again at once. Its series go to `sglx_gate_speed.prom` beside
+the textfile, rewritten only when it runs. A run that fails on speed alone only alerts: a
+restart does not make a slow host fast, and a benchmark taken beside live traffic is the
+operator's to read.
+
 A fleet-wide cap (`--fleet-slots DIR --fleet-max K`): where the fleet's hosts share a folder
 (the NFS their weights or homes come from), a restart or a stop first claims one of K slot files
 there with an exclusive create, so at most K hosts of the fleet remediate at once; a host past
@@ -33,6 +41,7 @@ Exit 0 passed, 1 failed, 2 could not judge.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -40,6 +49,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +58,8 @@ MAX_RECORD_BYTES = 1 << 20
 FORMAT = "sglx-gate-record"
 VERSION = 1
 ACTIONS = ("alert", "restart", "stop")
+SPEED = "speed"
+SPEED_TEXTFILE = "sglx_gate_speed.prom"
 
 
 def say(line: str) -> None:
@@ -81,16 +93,44 @@ def memory_usage(args: argparse.Namespace) -> str:
     return said if done.returncode == 0 and said.isprintable() else ""
 
 
-def run_checks(args: argparse.Namespace) -> tuple[int, dict[str, Any] | None, str]:
+def last_speed(args: argparse.Namespace, previous: Any) -> float | None:
+    """When speed was last measured (Unix time): by the timer (the last record's `speed_at`)
+    or by the rollout (its record's `measured_at`, ISO 8601); None where neither says."""
+    times = []
+    if isinstance(previous, dict) and isinstance(previous.get("speed_at"), (int, float)):
+        times.append(float(previous["speed_at"]))
+    rollout = read_json(args.speed_record) if args.speed_record else None
+    if isinstance(rollout, dict) and isinstance(rollout.get("measured_at"), str):
+        with contextlib.suppress(ValueError, OverflowError):
+            times.append(datetime.fromisoformat(rollout["measured_at"][:40]).timestamp())
+    return max(times, default=None)
+
+
+def speed_due(args: argparse.Namespace, previous: Any, now: float) -> bool:
+    if args.speed_every <= 0:
+        return False
+    last = last_speed(args, previous)
+    return last is None or not 0 <= now - last < args.speed_every
+
+
+def run_checks(
+    args: argparse.Namespace, speed: bool = False
+) -> tuple[int, dict[str, Any] | None, str]:
     """The container's verdict: (exit code, its JSON or None, what went wrong)."""
     argv = [args.docker, "exec", args.container, "python", "-m", "sglx_platform.gate_tick",
             "--url", args.url, "--host", args.host, "--interval", str(args.interval)]  # fmt: skip
+    timeout = args.timeout
+    if speed:  # two benchmarks at most: a failing one is measured again
+        argv += ["--speed", f"--speed-floors={args.speed_floors}",
+                 f"--speed-slos={args.speed_slos}",
+                 f"--speed-timeout={args.speed_timeout}"]  # fmt: skip
+        timeout += 2 * args.speed_timeout
     if args.memory_max_bytes > 0:
         # one word with its value: a figure like "-- / --" is no option of its own
         argv += [f"--memory-usage={memory_usage(args)}",
                  f"--memory-max-bytes={args.memory_max_bytes}"]  # fmt: skip
     try:
-        done = subprocess.run(argv, capture_output=True, timeout=args.timeout, check=False)
+        done = subprocess.run(argv, capture_output=True, timeout=timeout, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return 2, None, f"{' '.join(argv[:3])}: {exc}"
     return parse_answer(done.returncode, done.stdout, done.stderr)
@@ -98,7 +138,8 @@ def run_checks(args: argparse.Namespace) -> tuple[int, dict[str, Any] | None, st
 
 def parse_answer(code: int, stdout: bytes, stderr: bytes) -> tuple[int, dict[str, Any] | None, str]:
     """The container's answer, checked for the gate's shape: a `record` whose `checks` map each
-    check's name to an object, and a `textfile` string; anything else could not judge."""
+    check's name to an object, a `textfile` string and, where speed ran, a `speed_textfile`
+    string; anything else could not judge."""
     said = stderr[-2000:].decode(errors="replace").strip()
     if code not in (0, 1) or len(stdout) > MAX_OUTPUT_BYTES:
         return 2, None, said or f"exit {code}"
@@ -107,6 +148,8 @@ def parse_answer(code: int, stdout: bytes, stderr: bytes) -> tuple[int, dict[str
         record, text = out["record"], out["textfile"]
         if not isinstance(record, dict) or not isinstance(text, str):
             raise TypeError("record or textfile of the wrong type")
+        if not isinstance(out.get("speed_textfile", ""), str):
+            raise TypeError("speed_textfile of the wrong type")
         checks = record.get("checks")
         if not isinstance(checks, dict) or not all(
             isinstance(name, str) and isinstance(check, dict) for name, check in checks.items()
@@ -265,13 +308,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fleet-slots", type=Path, help="a folder the fleet's hosts share")
     parser.add_argument("--fleet-max", type=int, default=1, help="hosts remediating at once")
     parser.add_argument("--memory-max-bytes", type=int, default=0, help="0: no memory check")
+    parser.add_argument(
+        "--speed-every", type=int, default=0, help="s between speed checks; 0: none"
+    )
+    parser.add_argument("--speed-floors", default="{}", help="the site's floors, a JSON object")
+    parser.add_argument("--speed-slos", default="{}", help="the site's SLOs, a JSON object")
+    parser.add_argument("--speed-record", type=Path, help="the rollout's speed record")
+    parser.add_argument("--speed-timeout", type=float, default=300.0, help="per benchmark, s")
     args = parser.parse_args(argv)
-    if args.fleet_max < 1 or args.max_restarts < 0 or args.window <= 0 or args.memory_max_bytes < 0:
-        parser.error("--fleet-max must be 1 or more, --max-restarts and --memory-max-bytes 0 or "
-                     "more, --window above 0")  # fmt: skip
+    if (args.fleet_max < 1 or args.max_restarts < 0 or args.window <= 0
+            or args.memory_max_bytes < 0 or args.speed_every < 0):  # fmt: skip
+        parser.error("--fleet-max must be 1 or more, --max-restarts, --memory-max-bytes and "
+                     "--speed-every 0 or more, --window above 0")  # fmt: skip
     slots = FleetSlots(args.fleet_slots, args.fleet_max, args.host) if args.fleet_slots else None
 
-    code, out, problem = run_checks(args)
+    previous = read_json(args.record)
+    speed = speed_due(args, previous, time.time())
+    code, out, problem = run_checks(args, speed)
     now = time.time()
     actions = previous_actions(args.record, now, args.window)
     if out is None:
@@ -282,16 +335,24 @@ def main(argv: list[str] | None = None) -> int:
     else:
         record = {**out["record"], "judged": True}
         write_atomically(args.textfile, out["textfile"])
-        checks = record.get("checks", {})
-        for name, check in sorted(checks.items()):
+        if out.get("speed_textfile"):
+            write_atomically(args.textfile.with_name(SPEED_TEXTFILE), out["speed_textfile"])
+        for name, check in sorted(record["checks"].items()):
             verdict = "passed" if check.get("passed") else "FAILED"
             say(f"{args.host}: {name} {verdict}: {check.get('message')}")
+    # measured now (the server answered its health check), else when it last was
+    checks = record.get("checks", {})
+    measured = speed and out is not None and checks.get("health", {}).get("passed") is True
+    last = round(now, 3) if measured else last_speed(args, previous)
+    if isinstance(last, (int, float)):
+        record["speed_at"] = last
+    failed = {n for n, c in checks.items() if not c.get("passed")}
     if code != 0:
-        why = problem or "; ".join(
-            f"{n}: {c.get('message')}" for n, c in sorted(record.get("checks", {}).items())
-            if not c.get("passed")
-        )  # fmt: skip
-        done = remediate(args, actions, why, slots)
+        why = problem or "; ".join(f"{n}: {checks[n].get('message')}" for n in sorted(failed))
+        if out is not None and failed == {SPEED}:
+            done = "alert (slow: a restart does not make it faster)"
+        else:
+            done = remediate(args, actions, why, slots)
         record["remediation"] = done
         say(f"{args.host}: remediation ({args.remediation}): {done}")
     elif slots is not None:
