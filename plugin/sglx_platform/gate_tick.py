@@ -23,10 +23,10 @@ holds.
 It prints one JSON object: `record` (each check's verdict and message, when it ran and how long
 it took: the host keeps it as its last gate record), `textfile` (the same as Prometheus
 series, rendered by prometheus_client for the node exporter's textfile collector) and, when the
-speed check ran, `speed_textfile`. Why a
-container: the golden file, the baked profile and its tolerances are in the image, and so is
-prometheus_client; the host needs only Python's standard library to place the two files. Exit 0
-when every check passed, 1 when one failed, 2 when the tick could not judge.
+speed check ran, `speed_textfile`. Why a container: the golden file, the baked profile and its
+tolerances are in the image, and so is prometheus_client; the host needs only Python's standard
+library to place the files. Exit 0 when every check passed, 1 when one failed, 2 when the tick
+could not judge.
 """
 
 from __future__ import annotations
@@ -220,12 +220,8 @@ def tick(
     if memory_max_bytes > 0:
         verdicts.append(memory(memory_bytes, memory_max_bytes))
     measured: tuple[Verdict, float | None] | None = None
-    if speed_limits is not None:
-        measured = (
-            speed(url, host, *speed_limits, speed_timeout)
-            if verdicts[0].passed
-            else (Verdict("speed", False, "not run: the server is not healthy", 0.0), None)
-        )
+    if speed_limits is not None and verdicts[0].passed:  # an unhealthy server: health says it
+        measured = speed(url, host, *speed_limits, speed_timeout)
         verdicts.append(measured[0])
     finished = time.time()
     record = {
