@@ -27,10 +27,10 @@ from probes import (
     read_json,
 )
 
-from sglx.gate.tools import amd_smi, amd_smi_partition, rccl_tests, rvs, xpu_smi
-from sglx.gate.tools.result import ToolResult
 from sglx_core.engines import engine_from, names_tested
 from sglx_core.errors import SglxError
+from sglx_core.gate.tools import amd_smi, amd_smi_partition, rccl_tests, rvs, xpu_smi
+from sglx_core.gate.tools.result import ToolResult
 from sglx_core.untrusted import parse_json
 
 pytestmark = pytest.mark.preflight

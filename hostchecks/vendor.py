@@ -2,7 +2,7 @@
 
 Each `vendor_*` check in test_preflight.py finds its tool on the host (`command -v`, PATH then
 the profile's search_path; xpu-smi at the role's accel_host_xpu_smi), runs it with a timeout
-and a bounded output, and hands the output to sglx.gate.tools, whose parsers read the tools'
+and a bounded output, and hands the output to sglx_core.gate.tools, whose parsers read the tools'
 documented formats (pinned in tests/data/vendor) and whose checks judge them. The rule the
 checks keep: a tool that is not installed has not run, so its check is skipped with that
 reason and counted as skipped, never as passed. Output that does not parse fails the check,
@@ -22,9 +22,9 @@ import pytest
 from facts import HostFacts
 from probes import container_inspect, problem
 
-from sglx.gate.tools import MAX_OUTPUT_BYTES
-from sglx.gate.tools.result import ToolResult, device_count, not_run
 from sglx_core.errors import SglxError
+from sglx_core.gate.tools import MAX_OUTPUT_BYTES
+from sglx_core.gate.tools.result import ToolResult, device_count, not_run
 from sglx_core.profile.schema import GateVendor
 
 # A passed check's detail, shown by `sglx hosts check` (sglx.hosts.junit reads it back).

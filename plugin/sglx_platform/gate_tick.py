@@ -2,14 +2,20 @@
 (`docker exec CONTAINER python -m sglx_platform.gate_tick --url URL`): the host's
 `sglx-gate.timer` (role sglang_service) starts it every few minutes between rollouts.
 
-Two checks, each cheap enough to run while the server serves, and a third where the host asks:
+The checks, each cheap enough to run while the server serves:
 - `health`: GET /health answers 200;
 - `numerics`: the image's golden file replayed through the server, teacher-forced, and held
   against the profile's tolerance (sglx_platform.golden_replay: the rollout's own gate);
 - `memory` (`--memory-max-bytes`, off by default): the container's memory use, which the host
   read from the engine (`--memory-usage`: `docker stats`' "USED / LIMIT", as it printed it),
   under a bound: seed 000's fragmentation restart, a server whose memory only grows failing it
-  so that the host's `restart` policy frees it.
+  so that the host's `restart` policy frees it;
+- `devices`, where the profile's gate.vendor names amd-smi or xpu-smi and the container has it
+  (ROCm's images carry amd-smi; the Kunlun profile mounts the host's xpu-smi): the vendor's
+  ECC read (`amd-smi metric -e --json`, `xpu-smi -q`), parsed and judged by sglx_core.gate.tools
+  as the host checks do, no uncorrectable error on any device, and as many devices listed as
+  the server's device probe sees (sglx_core.serving.hardware): a card that dropped off is named.
+  A tool that is not there has not run: the record says so, and no verdict is made up.
 And one expensive check, where the host says it is due (`--speed`: every few hours, the host
 script keeps the time):
 - `speed`: the rollout's benchmark (sglx_platform.speed_gate: sglang's bench_serving, the
@@ -33,19 +39,29 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import selectors
+import shutil
+import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
+from sglx_core.errors import SglxError
 from sglx_core.gate.speed import DEFAULT_FRACTION
 from sglx_core.gate.speed_record import SpeedRecord, settings_of
+from sglx_core.gate.tools import MAX_OUTPUT_BYTES, amd_smi, xpu_smi
+from sglx_core.gate.tools.result import ToolResult, device_count
+from sglx_core.profile import Profile
 from sglx_core.report import result_of
+from sglx_core.serving import hardware
 from sglx_core.sizes import parse_engine_figure
 from sglx_platform.golden_replay import DEFAULT_GOLDEN, DEFAULT_TIMEOUT_S, replay
 from sglx_platform.image_profile import baked_profile
@@ -54,6 +70,18 @@ HEALTH_TIMEOUT_S = 10.0
 DEFAULT_SPEED_TIMEOUT_S = 300.0
 # A timed run's fleet key: it judges no peers, so the key only names the record's origin.
 TIMER_FLEET = "gate-timer"
+# The vendor tools whose device read the timer runs: arguments, parser, ECC check, unit.
+DEVICE_READS: dict[
+    str, tuple[tuple[str, ...], Callable[[bytes], Any], Callable[[Any], ToolResult], str]
+] = {
+    "amd-smi": (
+        ("metric", "-e", "--json"),
+        lambda data: amd_smi.parse_metric_json(data, require=("ecc",)),
+        amd_smi.check_ecc,
+        "GPU",
+    ),
+    "xpu-smi": (("-q",), xpu_smi.parse_query, xpu_smi.check_ecc, "XPU"),
+}
 FORMAT = "sglx-gate-record"
 VERSION = 1
 
@@ -141,6 +169,66 @@ def speed_textfile(verdict: Verdict, finished: float, output_tok_s: float | None
     return generate_latest(registry).decode()
 
 
+def devices(profile: Profile) -> Verdict | str | None:
+    """The vendor tool's ECC read of every device and its device count against the server's
+    device probe; why it did not run where the container lacks the tool; None where the
+    profile names no such tool (the cpu reference)."""
+    vendor = profile.gate.vendor
+    tools = [tool for tool in vendor.tools if tool in DEVICE_READS]
+    if not tools:
+        return None
+    tool = tools[0]
+    search = os.pathsep.join([os.environ.get("PATH", os.defpath), *vendor.search_path])
+    path = shutil.which(tool, path=search)
+    if path is None:
+        return f"{tool} is not in the server's container: not run"
+    args, parse, check_ecc, unit = DEVICE_READS[tool]
+    started = time.monotonic()
+    shown = " ".join((tool, *args))
+    try:
+        code, out = _bounded_run([path, *args], vendor.timeout_s)
+        if code != 0:
+            raise SglxError(f"`{shown}` exited {code}")
+        readings = parse(out)
+        try:
+            present = hardware.detect(profile).count
+        except SglxError:  # the probe finds no device of this arch: none is present
+            present = 0
+        source = "the devices the server's probe sees"
+        results = [check_ecc(readings), device_count(tool, len(readings), present, source, unit)]
+    except (SglxError, OSError, subprocess.TimeoutExpired) as exc:
+        said = exc.message if isinstance(exc, SglxError) else f"`{shown}`: {exc}"
+        return Verdict("devices", False, said, time.monotonic() - started)
+    findings = [finding for result in results for finding in result.findings]
+    message = "; ".join(findings or [result.reason for result in results])
+    return Verdict("devices", not findings, message, time.monotonic() - started)
+
+
+def _bounded_run(argv: list[str], timeout: float) -> tuple[int, bytes]:
+    """`argv`'s exit status and its standard output, cut one byte past the parsers' bound
+    (so a larger one is refused by them); a run past `timeout` seconds is killed and raises
+    TimeoutExpired."""
+    deadline = time.monotonic() + timeout
+    out = bytearray()
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL) as proc:
+        assert proc.stdout is not None
+        try:
+            with selectors.DefaultSelector() as selector:
+                selector.register(proc.stdout, selectors.EVENT_READ)
+                while len(out) <= MAX_OUTPUT_BYTES:
+                    left = deadline - time.monotonic()
+                    if left <= 0 or not selector.select(left):
+                        raise subprocess.TimeoutExpired(argv, timeout)
+                    chunk = os.read(proc.stdout.fileno(), 1 << 16)
+                    if not chunk:
+                        break
+                    out += chunk
+            return proc.wait(timeout=max(deadline - time.monotonic(), 0.1)), bytes(out)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+
+
 def memory_used(usage: str) -> float | None:
     """The USED of the engine's "USED / LIMIT" in bytes, or None where it is not that (a
     stopped container's "--", or nothing read)."""
@@ -219,6 +307,9 @@ def tick(
         verdicts.append(Verdict("numerics", False, "not run: the server is not healthy", 0.0))
     if memory_max_bytes > 0:
         verdicts.append(memory(memory_bytes, memory_max_bytes))
+    device = devices(baked_profile())
+    if isinstance(device, Verdict):
+        verdicts.append(device)
     measured: tuple[Verdict, float | None] | None = None
     if speed_limits is not None and verdicts[0].passed:  # an unhealthy server: health says it
         measured = speed(url, host, *speed_limits, speed_timeout)
@@ -234,6 +325,8 @@ def tick(
             for v in verdicts
         },
     }
+    if isinstance(device, str):  # named, not counted as a pass
+        record["not_run"] = {"devices": device}
     cheap = [v for v in verdicts if v.check != "speed"]
     out: dict[str, object] = {
         "record": record,

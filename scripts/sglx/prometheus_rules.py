@@ -124,6 +124,17 @@ def rules_document() -> dict[str, Any]:
             "roll the host back or take it out of service",
         ),
         _alert(
+            "SglxDeviceErrors",
+            'min by (fleet, host, instance) (sglx_gate_check_passed{check="devices"}) == 0',
+            "0m",
+            "critical",
+            "{{ $labels.instance }}: the vendor tool reports an uncorrectable ECC error or "
+            "lists fewer devices than the server sees",
+            "read the run on the host (journalctl -u sglx-server-gate names the device and the "
+            "count); take the host out of service and check the device with the vendor's tools "
+            "(amd-smi, xpu-smi) and the kernel log",
+        ),
+        _alert(
             "SglxGateSpeedBelowFloor",
             "min by (fleet, host, instance) (sglx_gate_speed_passed) == 0",
             "0m",

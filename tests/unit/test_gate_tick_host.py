@@ -409,7 +409,7 @@ def test_a_run_failing_on_speed_alone_only_alerts(tmp_path: Path) -> None:
                                      answered=speed_answer(False))  # fmt: skip
         assert code == 1, said
         assert "speed FAILED: below the floor 900 (measured twice: 1, 2)" in said, said
-        assert f"remediation ({policy}): alert (slow: a restart does not make it faster)" in said
+        assert f"remediation ({policy}): alert (speed: no restart)" in said, said
         assert calls == []
     # numerics failing beside it: the policy acts
     both = speed_answer(False)
@@ -457,3 +457,29 @@ def test_the_containers_speed_series_have_a_textfile_of_their_own() -> None:
     text = gate_tick.speed_textfile(failed, 1.8e9, None)
     assert "sglx_gate_speed_passed 0.0" in text
     assert "output_tokens" not in text
+
+
+def test_a_device_fault_is_not_restarted_but_a_stop_policy_takes_the_host_out(
+    tmp_path: Path,
+) -> None:
+    """The container's devices check (ECC, a device missing): a restart does not repair a
+    device, so `restart` only alerts; `stop` takes the host out of service."""
+    faulty = answer(True)
+    faulty["record"]["checks"]["devices"] = {"passed": False, "message": "GPU 3: 2 uncorrectable"}
+    faulty["record"]["passed"] = False
+    code, said, calls = run_tick(tmp_path, "host-r", False, "--remediation", "restart",
+                                 answered=faulty)  # fmt: skip
+    assert code == 1 and calls == [], (said, calls)
+    assert "devices FAILED: GPU 3: 2 uncorrectable" in said
+    assert "remediation (restart): alert (devices: no restart)" in said, said
+    code, said, calls = run_tick(tmp_path, "host-s", False, "--remediation", "stop",
+                                 answered=faulty)  # fmt: skip
+    assert code == 1 and calls == ["stop sglx-server.service"], (said, calls)
+
+
+def test_a_check_the_container_could_not_run_is_named(tmp_path: Path) -> None:
+    said_by = answer(True)
+    said_by["record"]["not_run"] = {"devices": "amd-smi is not in the server's container: not run"}
+    code, said, _ = run_tick(tmp_path, "host-a", True, answered=said_by)
+    assert code == 0, said
+    assert "host-a: devices not run: amd-smi is not in the server's container: not run" in said

@@ -19,16 +19,16 @@ from typing import Any
 
 import pytest
 
-from sglx.gate.tools import amd_smi, rccl_tests, rvs, xpu_smi
-from sglx.gate.tools._input import MAX_OUTPUT_BYTES
-from sglx.gate.tools.amd_smi_partition import (
+from sglx_core.errors import SglxError
+from sglx_core.gate.tools import amd_smi, rccl_tests, rvs, xpu_smi
+from sglx_core.gate.tools._input import MAX_OUTPUT_BYTES
+from sglx_core.gate.tools.amd_smi_partition import (
     GpuPartition,
     check_partitions,
     parse_partition_json,
     parse_partition_text,
 )
-from sglx.gate.tools.result import ToolResult, absent, is_absent, not_run, verdict
-from sglx_core.errors import SglxError
+from sglx_core.gate.tools.result import ToolResult, absent, is_absent, not_run, verdict
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "vendor"
 

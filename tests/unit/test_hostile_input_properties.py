@@ -20,11 +20,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sglx.gate.tools import amd_smi, amd_smi_partition, rccl_tests, rvs, xpu_smi
 from sglx_core.errors import SglxError
 from sglx_core.gate.bench import BenchSettings, parse_result
 from sglx_core.gate.golden import parse_golden
 from sglx_core.gate.speed_record import parse_record
+from sglx_core.gate.tools import amd_smi, amd_smi_partition, rccl_tests, rvs, xpu_smi
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 SETTINGS = BenchSettings(

@@ -19,9 +19,9 @@ Every `--speed-every` seconds it also runs the speed check (the rollout's benchm
 the floors, `--speed-floors`, `--speed-slos`), counting from the last measurement: the timer's
 own (the record's `speed_at`) or the rollout's (`--speed-record`, its `measured_at`), so a
 fresh rollout is not benchmarked again at once. Its series go to `sglx_gate_speed.prom` beside
-the textfile, rewritten only when it runs. A run that fails on speed alone only alerts: a
-restart does not make a slow host fast, and a benchmark taken beside live traffic is the
-operator's to read.
+the textfile, rewritten only when it runs. A restart fixes neither a slow host nor a device
+fault (the container's `devices` check: ECC, a device missing): a run that fails on those alone
+only alerts, except that `stop` takes a host with a device fault out of service.
 
 A fleet-wide cap (`--fleet-slots DIR --fleet-max K`): where the fleet's hosts share a folder
 (the NFS their weights or homes come from), a restart or a stop first claims one of K slot files
@@ -59,6 +59,7 @@ FORMAT = "sglx-gate-record"
 VERSION = 1
 ACTIONS = ("alert", "restart", "stop")
 SPEED = "speed"
+DEVICES = "devices"
 SPEED_TEXTFILE = "sglx_gate_speed.prom"
 
 
@@ -340,6 +341,9 @@ def main(argv: list[str] | None = None) -> int:
         for name, check in sorted(record["checks"].items()):
             verdict = "passed" if check.get("passed") else "FAILED"
             say(f"{args.host}: {name} {verdict}: {check.get('message')}")
+        not_run = record.get("not_run")
+        for name, why in sorted(not_run.items() if isinstance(not_run, dict) else []):
+            say(f"{args.host}: {name} not run: {str(why)[:300]}")
     # measured now (the server answered its health check), else when it last was
     checks = record.get("checks", {})
     measured = speed and out is not None and checks.get("health", {}).get("passed") is True
@@ -349,10 +353,14 @@ def main(argv: list[str] | None = None) -> int:
     failed = {n for n, c in checks.items() if not c.get("passed")}
     if code != 0:
         why = problem or "; ".join(f"{n}: {checks[n].get('message')}" for n in sorted(failed))
-        if out is not None and failed == {SPEED}:
-            done = "alert (slow: a restart does not make it faster)"
-        else:
-            done = remediate(args, actions, why, slots)
+        # a restart fixes neither a slow host nor a device fault; a stop takes a faulty one out
+        acts = (
+            out is None
+            or failed - {SPEED, DEVICES}
+            or (DEVICES in failed and args.remediation == "stop")
+        )
+        unfixed = " and ".join(sorted(failed))
+        done = remediate(args, actions, why, slots) if acts else f"alert ({unfixed}: no restart)"
         record["remediation"] = done
         say(f"{args.host}: remediation ({args.remediation}): {done}")
     elif slots is not None:

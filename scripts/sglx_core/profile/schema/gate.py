@@ -210,7 +210,7 @@ class VendorRvsTest(_Strict):
     """One RVS run: `rvs -c <conf_dir>/<conf>`, judged as its module's actions."""
 
     module: Literal["gst", "iet", "mem", "pebb", "pbqt", "peqt"] = Field(
-        description="The RVS module the conf file runs (sglx.gate.tools.rvs judges these)."
+        description="The RVS module the conf file runs (sglx_core.gate.tools.rvs judges these)."
     )
     conf: Annotated[
         str, StringConstraints(strict=True, pattern=r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*\.conf$")

@@ -7,6 +7,6 @@ not run, never as passed. Nothing here runs a tool: the caller captures its outp
 """
 
 # The most tool output any parser here reads: a caller that captures a tool's output keeps this.
-from sglx.gate.tools._input import MAX_OUTPUT_BYTES
+from sglx_core.gate.tools._input import MAX_OUTPUT_BYTES
 
 __all__ = ["MAX_OUTPUT_BYTES"]

@@ -34,8 +34,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from sglx.gate.tools._input import bounded_text, field_error, strip_ansi
-from sglx.gate.tools.result import Number, ToolResult, verdict
+from sglx_core.gate.tools._input import bounded_text, field_error, strip_ansi
+from sglx_core.gate.tools.result import Number, ToolResult, verdict
 
 TOOL = "rvs"
 JUDGED_MODULES = ("gst", "iet", "mem", "pebb", "pbqt", "peqt")

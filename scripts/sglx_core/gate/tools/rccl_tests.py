@@ -26,9 +26,9 @@ import math
 import re
 from dataclasses import dataclass
 
-from sglx.gate.tools._input import bounded_text, field_error
-from sglx.gate.tools.result import Number, ToolResult, verdict
 from sglx_core.errors import SglxError
+from sglx_core.gate.tools._input import bounded_text, field_error
+from sglx_core.gate.tools.result import Number, ToolResult, verdict
 
 TOOL = "all_reduce_perf"
 MAX_ROWS = 100_000

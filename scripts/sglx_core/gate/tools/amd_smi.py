@@ -35,8 +35,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sglx.gate.tools._input import bounded_text, field_error, load_json
-from sglx.gate.tools.result import Number, ToolResult, verdict
+from sglx_core.gate.tools._input import bounded_text, field_error, load_json
+from sglx_core.gate.tools.result import Number, ToolResult, verdict
 
 TOOL = "amd-smi"
 NA = "N/A"

@@ -20,10 +20,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from sglx.gate.tools._input import bounded_text, field_error, load_json
-from sglx.gate.tools.amd_smi import MAX_GPUS, NA, TOOL, gpu_entries, gpu_index
-from sglx.gate.tools.result import Number, ToolResult, verdict
 from sglx_core.errors import SglxError
+from sglx_core.gate.tools._input import bounded_text, field_error, load_json
+from sglx_core.gate.tools.amd_smi import MAX_GPUS, NA, TOOL, gpu_entries, gpu_index
+from sglx_core.gate.tools.result import Number, ToolResult, verdict
 
 COMPUTE_PARTITIONS = ("SPX", "DPX", "TPX", "QPX", "CPX")
 MEMORY_PARTITIONS = ("NPS1", "NPS2", "NPS4", "NPS8")

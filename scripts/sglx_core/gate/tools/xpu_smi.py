@@ -28,8 +28,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from sglx.gate.tools._input import bounded_text, field_error
-from sglx.gate.tools.result import Number, ToolResult, verdict
+from sglx_core.gate.tools._input import bounded_text, field_error
+from sglx_core.gate.tools.result import Number, ToolResult, verdict
 
 TOOL = "xpu-smi"
 NA = "N/A"
