@@ -64,7 +64,7 @@ def _openvex(statement: Any, source: str) -> Statement:
     listed = _list(statement.get("products"), "a statement's products", source)
     products = [p.get("@id") if isinstance(p, dict) else p for p in listed]
     status = statement.get("status")
-    if not isinstance(name, str) or status not in STATUSES:
+    if not isinstance(name, str) or not isinstance(status, str) or status not in STATUSES:
         raise SglxError(
             f"{source}: a statement needs a vulnerability name and a status of "
             f"{', '.join(sorted(STATUSES))}",
