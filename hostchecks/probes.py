@@ -19,6 +19,7 @@ import pytest
 from facts import HostFacts
 
 from sglx_core.env_floors import below
+from sglx_core.observability import DEPLOYMENT_ENV
 
 # Runs inside the server container: the sglang server process's argv and environment, read
 # from /proc (what the process runs with, not what its unit or image declares).
@@ -51,6 +52,9 @@ print(json.dumps(found))
 
 # Set per container by the engine, never compared (the profile's ranks lists hold the rest).
 CONTAINER_ENV = frozenset({"HOSTNAME", "HOME"})
+# The environment's copies of the image id and the bundle digest (sglx_info's labels): the
+# fingerprint compares the image and the bundle themselves, from the engine and the record.
+DEPLOYMENT_KEYS = frozenset(f"env:{name}" for name in DEPLOYMENT_ENV.values())
 
 
 def problem(what: str, fix: str) -> NoReturn:
@@ -241,7 +245,8 @@ def fingerprint(host: Any, facts: HostFacts) -> dict[str, str]:
     compared across its ranks (server arguments with their resolved defaults, weights digest,
     profile, package versions, environment), as the plugin wrote it at start. A server without
     that record (an older image) is fingerprinted from its argv and environment instead. The
-    per-node values are left out either way, by the profile's `ranks` lists."""
+    per-node values are left out either way, by the profile's `ranks` lists, and so are the
+    environment's copies of the image id and the bundle digest (DEPLOYMENT_KEYS)."""
     found: dict[str, str] = {}
     inspect = container_inspect(host, facts)
     found["image"] = content_image_id(host, facts, inspect) if inspect else "(no container)"
@@ -249,7 +254,7 @@ def fingerprint(host: Any, facts: HostFacts) -> dict[str, str]:
     found["bundle"] = str(deployed.get("bundle_digest", "(none recorded)"))
     server = server_process(host, facts)
     if server.get("fingerprint"):
-        found.update(server["fingerprint"])
+        found.update((k, v) for k, v in server["fingerprint"].items() if k not in DEPLOYMENT_KEYS)
         return found
     ranks = facts.profile.ranks
     per_node_flags = {"--" + name.replace("_", "-") for name in ranks.per_node_args}
@@ -259,7 +264,7 @@ def fingerprint(host: Any, facts: HostFacts) -> dict[str, str]:
     for name, value in server.get("env", {}).items():
         if name not in ranks.per_node_env and name not in CONTAINER_ENV:
             found[f"env:{name}"] = value
-    return found
+    return {k: v for k, v in found.items() if k not in DEPLOYMENT_KEYS}
 
 
 def odd_keys(
