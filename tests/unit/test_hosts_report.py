@@ -89,3 +89,31 @@ def test_a_passed_check_reports_its_detail(tmp_path: Path) -> None:
     chosen = results["host-a", "serving_profile_selected"]
     assert (chosen.outcome, chosen.message) == ("passed", "serving profile mi300x-tp8")
     assert results["host-a", "device_nodes"].message == ""
+
+
+def test_a_long_finding_keeps_its_whole_line_and_fix(tmp_path: Path) -> None:
+    """pytest shortens a long failure's `message` attribute (issue 41's group check named the
+    image after 800 characters of other keys: the e2e lost that line and the fix); the
+    element's text holds the line whole, as the check wrote it."""
+    import subprocess
+    import sys
+
+    what = "host-b differs from the rest of its group in " + "; ".join(
+        f"env:X{n}: 'a' here, 'b' on the others" for n in range(40)
+    )
+    (tmp_path / "test_long.py").write_text(
+        "import pytest\n"
+        "@pytest.mark.parametrize('host', ['ansible://host-b'])\n"
+        "def test_group(host):\n"
+        f"    pytest.fail({what + '. Fix: run rollout.yml for this host'!r}, pytrace=False)\n"
+    )
+    report = tmp_path / "report.xml"
+    subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}",
+         "-o", "junit_family=xunit2", str(tmp_path / "test_long.py")],
+        capture_output=True, timeout=120, check=False, cwd=tmp_path,
+    )  # fmt: skip
+    (result,) = read_report(report)
+    assert (result.host, result.check, result.outcome) == ("host-b", "group", "failed")
+    assert result.what == what + ".", result.what[-200:]
+    assert result.fix == "run rollout.yml for this host"

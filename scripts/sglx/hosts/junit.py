@@ -12,6 +12,8 @@ Outcome = Literal["passed", "failed", "pending", "skipped"]
 # test_sysctl[ansible://host-a]  ->  check test_sysctl, host host-a
 _CASE = re.compile(r"^(?P<check>[^\[]+)\[(?:ansible://)?(?P<host>[^\]]+)\]$")
 _FIX = " Fix: "
+# pytest's note after a `message` attribute it shortened (_pytest/junitxml.py).
+_CUT = re.compile(r"\n\[(?:truncated|\+\d+ more lines?); full report in element text\]$")
 DETAIL_PROPERTY = "detail"
 
 
@@ -43,8 +45,15 @@ class CheckResult:
 
 
 def _message(element: ET.Element) -> str:
+    """The check's one line. pytest cuts a long one in the `message` attribute (a note
+    "[truncated; full report in element text]" after it); the element's text then holds it
+    whole, as the check wrote it (pytest.fail with no traceback), and is read instead."""
     text = element.get("message") or (element.text or "").strip()
     text = re.sub(r"^(Failed|XFailed|Skipped|xfail): ", "", text.strip())
+    cut = _CUT.search(text)
+    whole = (element.text or "").strip()
+    if cut and whole.startswith(text[: cut.start()].removesuffix("...")):
+        text = whole
     return text.splitlines()[0] if text else ""
 
 
