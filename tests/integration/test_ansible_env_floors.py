@@ -54,7 +54,8 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, st
             # the role's defaults this template reads (rendered here outside the role)
             "vars": {"sglang_service_env": "{{ item.value }}",
                      "sglang_service_extra_env": {"SITE_ADDED": "1"},
-                     "sglang_service_metrics": True},
+                     "sglang_service_metrics": True,
+                     "sglang_service_image": "", "sglang_service_bundle_digest": ""},
             "loop": "{{ cases | dict2items }}",
         }],
     }]  # fmt: skip
