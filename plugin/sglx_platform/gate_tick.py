@@ -54,6 +54,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
+from sglx_core.arg_types import non_negative, positive
 from sglx_core.errors import SglxError
 from sglx_core.gate.speed import DEFAULT_FRACTION
 from sglx_core.gate.speed_record import SpeedRecord, settings_of
@@ -345,15 +346,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--url", required=True, help="the server, e.g. http://127.0.0.1:30000")
     parser.add_argument("--host", help="the host named in findings (default: this hostname)")
     parser.add_argument("--golden", type=Path, default=DEFAULT_GOLDEN, help="the golden file")
-    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="per request, s")
+    parser.add_argument(
+        "--timeout", type=positive("--timeout"), default=DEFAULT_TIMEOUT_S, help="per request, s"
+    )
     parser.add_argument("--interval", type=int, default=900, help="the timer's period, s")
     parser.add_argument("--memory-usage", default="", help="docker stats' MemUsage, as read")
-    parser.add_argument("--memory-max-bytes", type=float, default=0.0, help="0: no memory check")
+    parser.add_argument(
+        "--memory-max-bytes",
+        type=non_negative("--memory-max-bytes"),
+        default=0.0,
+        help="0: no memory check",
+    )
     parser.add_argument("--speed", action="store_true", help="run the speed check too")
     parser.add_argument("--speed-floors", default="{}", help="the site's floors, a JSON object")
     parser.add_argument("--speed-slos", default="{}", help="the site's SLOs, a JSON object")
     parser.add_argument(
-        "--speed-timeout", type=float, default=DEFAULT_SPEED_TIMEOUT_S, help="per benchmark, s"
+        "--speed-timeout",
+        type=positive("--speed-timeout"),
+        default=DEFAULT_SPEED_TIMEOUT_S,
+        help="per benchmark, s",
     )
     args = parser.parse_args(argv)
     try:

@@ -45,6 +45,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from sglx_core.arg_types import non_negative, positive
 from sglx_core.errors import SglxError
 from sglx_core.gate.golden import (
     GOLDEN_FILE,
@@ -337,12 +338,18 @@ def main(argv: list[str] | None = None) -> int:
         "all three, or none: then the baked profile's gate.numerics tolerance for the dtype the "
         "server serves in (GET /server_info)",
     )
-    given.add_argument("--max-abs", type=float, help="largest |Δ logprob|")
-    given.add_argument("--mean-abs", type=float, help="largest mean |Δ logprob| of a prompt")
-    given.add_argument("--min-top1", type=float, help="least top-1 agreement, 0 to 1")
+    given.add_argument("--max-abs", type=non_negative("--max-abs"), help="largest |Δ logprob|")
+    given.add_argument(
+        "--mean-abs", type=non_negative("--mean-abs"), help="largest mean |Δ logprob| of a prompt"
+    )
+    given.add_argument(
+        "--min-top1", type=non_negative("--min-top1"), help="least top-1 agreement, 0 to 1"
+    )
     parser.add_argument("--digest", help="the golden file's digest from the image label")
     parser.add_argument("--host", help="the host named in findings (default: this hostname)")
-    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="per request, s")
+    parser.add_argument(
+        "--timeout", type=positive("--timeout"), default=DEFAULT_TIMEOUT_S, help="per request, s"
+    )
     parser.add_argument("--json", action="store_true", help="print the JSON envelope")
     args = parser.parse_args(argv)
     bounds = (args.max_abs, args.mean_abs, args.min_top1)

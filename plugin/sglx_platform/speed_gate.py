@@ -52,6 +52,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from sglx_core.arg_types import fraction, positive
 from sglx_core.errors import SglxError
 from sglx_core.gate.bench import BenchSettings, bench_serving_argv, read_result_line
 from sglx_core.gate.speed import DEFAULT_FRACTION, judge
@@ -396,7 +397,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--fraction",
-        type=float,
+        type=fraction("--fraction"),
         default=DEFAULT_FRACTION,
         help=f"outlier below this fraction of the fleet median (default {DEFAULT_FRACTION})",
     )
@@ -404,7 +405,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--slos", default="{}", help="site goodput SLOs as a JSON object (ttft_ms, tpot_ms)"
     )
-    parser.add_argument("--timeout", type=float, default=600.0, help="seconds for the benchmark")
+    parser.add_argument(
+        "--timeout", type=positive("--timeout"), default=600.0, help="seconds for the benchmark"
+    )
     parser.add_argument(
         "--started-at",
         help="when the server started (docker inspect's State.StartedAt): a record of this "

@@ -289,10 +289,23 @@ def test_hosts_claiming_at_once_never_exceed_the_cap(tmp_path: Path) -> None:
     assert holders == sorted(h for h, w in zip(hosts, won, strict=True) if w)
 
 
-@pytest.mark.parametrize("bad", [["--fleet-max", "0"], ["--window", "0"], ["--max-restarts", "-1"]])
-def test_a_bad_limit_is_a_usage_error(tmp_path: Path, bad: list[str]) -> None:
+@pytest.mark.parametrize(
+    ("bad", "named"),
+    [
+        (["--fleet-max", "0"], "--fleet-max must be"),
+        (["--max-restarts", "-1"], "--fleet-max must be"),
+        # durations: argparse's float takes each of these (review of d0e98cd)
+        (["--window", "0"], "--window: '0': give a number of seconds above 0"),
+        (["--speed-timeout", "0"], "--speed-timeout: '0': give a number of seconds above 0"),
+        (["--speed-timeout", "nan"], "--speed-timeout: 'nan': give a number"),
+        (["--timeout", "-5"], "--timeout: '-5': give a number"),
+        (["--timeout", "inf"], "--timeout: 'inf': give a number"),
+        (["--window", "soon"], "--window: 'soon' is not a number of seconds"),
+    ],
+)
+def test_a_bad_limit_is_a_usage_error(tmp_path: Path, bad: list[str], named: str) -> None:
     code, said, calls = run_tick(tmp_path, "host-a", False, "--fleet-slots", str(tmp_path), *bad)
-    assert code == 2 and calls == [] and "--fleet-max must be" in said
+    assert code == 2 and calls == [] and named in said, said
     assert not (tmp_path / "host-a" / "gate.json").exists()
     assert [p.name for p in tmp_path.iterdir()] == ["host-a"]
 

@@ -27,6 +27,12 @@ FACTS = {
         "scripts/sglx_core/hashing.py",
         re.compile(r"st_dev, \w+\.st_ino, \w+\.st_size"),
     ),
+    # argparse's float takes nan, inf and negatives: every number flag has a type that refuses
+    # them (sglx_core.arg_types); the home itself parses with float(), never type=float.
+    "a number on the command line": (
+        "scripts/sglx_core/arg_types.py",
+        re.compile(r"type=float\b|must be \{what\}"),
+    ),
     # Ansible's modules run where sglx is not installed: ansible/ is left out of this one.
     "the sha256 digest pattern": ("scripts/sglx_core/digests.py", re.compile(r"0-9a-f\]\{64\}")),
 }

@@ -307,8 +307,8 @@ def test_an_error_inside_preflight_is_one_line_and_exit_2(tmp_path: Path) -> Non
 @pytest.mark.parametrize(
     ("args", "words"),
     [
-        (["--timeout", "nan"], "--timeout must be a positive number of seconds"),
-        (["--timeout", "0"], "--timeout must be a positive number of seconds"),
+        (["--timeout", "nan"], "--timeout must be a number above 0"),
+        (["--timeout", "0"], "--timeout must be a number above 0"),
         (["--no-such-flag"], "unrecognized arguments: --no-such-flag"),
     ],
 )

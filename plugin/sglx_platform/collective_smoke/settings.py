@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from sglx_core.arg_types import positive
 from sglx_core.errors import SglxError
 
 PROG = "python -m sglx_platform.collective_smoke"
@@ -124,11 +124,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--iters", type=_count("--iters", 1), default=20, help="timed operations")
     p.add_argument("--warmup", type=_count("--warmup", 0), default=5, help="untimed first ones")
     p.add_argument(
-        "--timeout-s", type=_positive("--timeout-s"), default=60.0,
+        "--timeout-s", type=positive("--timeout-s"), default=60.0,
         help="seconds each phase may take: the rendezvous, joining the group, the results",
     )  # fmt: skip
     p.add_argument(
-        "--floor-gbps", type=_positive("--floor-gbps"), help="the least bus bandwidth (GB/s) "
+        "--floor-gbps", type=positive("--floor-gbps"), help="the least bus bandwidth (GB/s) "
         "that passes; none: measured, not judged",
     )  # fmt: skip
     p.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
@@ -145,19 +145,6 @@ def _count(flag: str, low: int) -> Callable[[str], int]:
             raise argparse.ArgumentTypeError(
                 f"{flag} must be a whole number >= {low}, not {text!r}"
             )
-        return value
-
-    return parse
-
-
-def _positive(flag: str) -> Callable[[str], float]:
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            value = math.nan
-        if not math.isfinite(value) or value <= 0:
-            raise argparse.ArgumentTypeError(f"{flag} must be a positive number, not {text!r}")
         return value
 
     return parse

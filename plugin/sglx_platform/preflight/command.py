@@ -8,13 +8,13 @@ traceback) and never as a traceback with exit 1.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from sglx_core.arg_types import positive
 from sglx_core.errors import SglxError
 from sglx_core.report import EXIT_ERROR, Result, error_result, render
 from sglx_core.serving.probe_root import PROBE_ROOT_ENV
@@ -58,25 +58,13 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--timeout",
-        type=_seconds,
+        type=positive("--timeout"),
         default=120.0,
         help="seconds for library loading, imports and device init (default 120)",
     )
     p.add_argument("--no-device-init", action="store_true", help="skip the first device operation")
     p.add_argument("--debug", action="store_true", help=f"tracebacks of errors (or {DEBUG_ENV}=1)")
     return p
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(
-            f"--timeout must be a positive number of seconds, not {text!r}"
-        )
-    return value
 
 
 def main(argv: Sequence[str] | None = None) -> int:

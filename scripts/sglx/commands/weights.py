@@ -9,6 +9,7 @@ import argparse
 from pathlib import Path
 
 from sglx.cli_shared import EPILOG, Subparsers, workers
+from sglx_core.arg_types import positive
 from sglx_core.report import Result
 
 
@@ -102,7 +103,7 @@ def register(
     p.add_argument("--prompts", nargs="+", metavar="TEXT", help="prompts to compare logits on")
     p.add_argument(
         "--tolerance",
-        type=float,
+        type=positive("--tolerance"),
         metavar="REL",
         help="max logit error relative to the largest logit (default: by the narrowest dtype "
         "the conversion rounded to, docs/reference/weights.md)",

@@ -43,6 +43,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import subprocess
 import sys
@@ -291,6 +292,19 @@ def remediate(
     return verb
 
 
+def seconds(text: str) -> float:
+    """A duration on the command line: a finite number above 0 (argparse's float takes nan,
+    inf and 0, which would make a run that never times out, or one that never starts). The
+    rule of sglx_core.arg_types.positive, restated: this script runs on a host without sglx."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number of seconds above 0")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="sglx-gate-tick", description=__doc__.split("\n")[0])
     parser.add_argument("--container", required=True)
@@ -302,9 +316,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--record", type=Path, required=True, help="the JSON record to write")
     parser.add_argument("--remediation", choices=ACTIONS, default="alert")
     parser.add_argument("--max-restarts", type=int, default=1)
-    parser.add_argument("--window", type=float, default=3600.0, help="rate-limit window, s")
+    parser.add_argument("--window", type=seconds, default=3600.0, help="rate-limit window, s")
     parser.add_argument("--interval", type=int, default=900, help="the timer's period, s")
-    parser.add_argument("--timeout", type=float, default=600.0)
+    parser.add_argument("--timeout", type=seconds, default=600.0)
     parser.add_argument("--systemctl", default="systemctl", help="what restarts and stops --unit")
     parser.add_argument("--fleet-slots", type=Path, help="a folder the fleet's hosts share")
     parser.add_argument("--fleet-max", type=int, default=1, help="hosts remediating at once")
@@ -315,12 +329,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--speed-floors", default="{}", help="the site's floors, a JSON object")
     parser.add_argument("--speed-slos", default="{}", help="the site's SLOs, a JSON object")
     parser.add_argument("--speed-record", type=Path, help="the rollout's speed record")
-    parser.add_argument("--speed-timeout", type=float, default=300.0, help="per benchmark, s")
+    parser.add_argument("--speed-timeout", type=seconds, default=300.0, help="per benchmark, s")
     args = parser.parse_args(argv)
-    if (args.fleet_max < 1 or args.max_restarts < 0 or args.window <= 0
-            or args.memory_max_bytes < 0 or args.speed_every < 0):  # fmt: skip
-        parser.error("--fleet-max must be 1 or more, --max-restarts, --memory-max-bytes and "
-                     "--speed-every 0 or more, --window above 0")  # fmt: skip
+    if (args.fleet_max < 1 or args.max_restarts < 0 or args.memory_max_bytes < 0
+            or args.speed_every < 0):  # fmt: skip
+        parser.error("--fleet-max must be 1 or more; --max-restarts, --memory-max-bytes and "
+                     "--speed-every 0 or more")  # fmt: skip
     slots = FleetSlots(args.fleet_slots, args.fleet_max, args.host) if args.fleet_slots else None
 
     previous = read_json(args.record)
