@@ -1,5 +1,6 @@
 """Property-based tests of every reader of tool output and gate record, of the gate's entry
-points (issue 37), and of the supply-chain readers (VEX, OSV, SBOM; issue 42): on any input,
+points (issue 37), of the supply-chain readers (VEX, OSV, SBOM; issue 42) and of the tuned
+tables and profiler traces a host hands back (issue 40 items 9 and S0-36): on any input,
 random or a real sample damaged at random, the outcome is a clean refusal naming the input (an
 SglxError with a hint) or success; never another exception, a traceback, or an "unexpected ...
 bug in sglx" from an entry point.
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import tuned_files
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -86,7 +88,11 @@ HOSTILE_WORDS = [
 
 def _damaged(samples: list[Path]) -> st.SearchStrategy[str]:
     """A sample with a random slice replaced by hostile words or random text."""
-    texts = [path.read_text(encoding="utf-8") for path in samples] or ["{}"]
+    return _damaged_texts([path.read_text(encoding="utf-8") for path in samples])
+
+
+def _damaged_texts(texts: list[str]) -> st.SearchStrategy[str]:
+    texts = texts or ["{}"]
 
     @st.composite
     def damage(draw: st.DrawFn) -> str:
@@ -360,3 +366,116 @@ def test_an_sbom_is_summed_up_and_converted_or_refused_cleanly(sbom: Any) -> Non
 
     summary(json.dumps(sbom))
     _clean(lambda: from_cyclonedx(json.dumps(sbom), where="sbom.cdx.json"))
+
+
+# -- tuned tables, a tuned set's manifest, profiler traces (issue 40: item 9, S0-36) -------------
+
+TUNED_SAMPLES = {
+    "bf16_tuned_gemm.csv": tuned_files.table(
+        tuned_files.BF16_HEADER, tuned_files.BF16_ROW, ("gfx942", 304), ("gfx950", 256)
+    ),
+    "a8w8_blockscale_tuned_gemm.csv": tuned_files.table(
+        tuned_files.BLOCKSCALE_HEADER, tuned_files.BLOCKSCALE_ROW, ("", 304)
+    ),
+    "tunableop_results0.csv": tuned_files.TUNABLEOP,
+    "hipblaslt_tuning.txt": tuned_files.HIPBLASLT,
+}
+
+
+@settings(max_examples=150, deadline=None, database=None)
+@given(name=st.sampled_from(sorted(TUNED_SAMPLES)), data=st.data())
+def test_a_tuned_table_is_checked_or_refused_cleanly(name: str, data: st.DataObject) -> None:
+    """Each library's file, damaged at random or replaced by random text: a record whose facts
+    are lists of strings, or a refusal naming the file."""
+    import tempfile
+
+    from sglx_core import tuned
+    from sglx_core.profile import load_profile
+
+    text = data.draw(_damaged_texts([TUNED_SAMPLES[name]]) | st.text(max_size=300))
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder, name)
+        path.write_text(text, encoding="utf-8", errors="surrogateescape")
+        try:
+            record = tuned.check_file(path, load_profile("gfx942"))
+        except SglxError as exc:
+            assert exc.hint and str(path) in exc.message, exc
+        else:
+            assert all(isinstance(v, str) for values in record.facts.values() for v in values)
+
+
+@pytest.fixture(scope="module")
+def tuned_manifest(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The manifest of a set captured from a tuning run, as sglx wrote it."""
+    from sglx_core import tuned
+    from sglx_core.profile import load_profile
+
+    root = tmp_path_factory.mktemp("tuned")
+    run = tuned_files.write_tuning_run(root / "run")
+    tuned.capture(
+        run, root / "set", load_profile("gfx942"), captured_from=str(run), host="h", sglx="t"
+    )
+    return (root / "set" / tuned.MANIFEST).read_text()
+
+
+@settings(max_examples=100, deadline=None, database=None)
+@given(data=st.data())
+def test_a_tuned_set_manifest_is_read_or_refused_cleanly(
+    tuned_manifest: str, data: st.DataObject
+) -> None:
+    import tempfile
+
+    from sglx_core import tuned
+
+    text = data.draw(_damaged_texts([tuned_manifest]) | _JSON.map(json.dumps))
+    with tempfile.TemporaryDirectory() as folder:
+        Path(folder, tuned.MANIFEST).write_text(text, errors="surrogateescape")
+        _clean(lambda: tuned.read_manifest(Path(folder)))
+
+
+_TRACE_NUMBER = (
+    st.integers(-(10**39), 10**39) | st.floats() | st.booleans() | st.none() | st.text(max_size=5)
+)
+_TRACE_EVENT = st.fixed_dictionaries(
+    {
+        "ph": st.sampled_from(["X", "B", "i"]) | _JSON,
+        "cat": st.sampled_from(["kernel", "cpu_op", "user_annotation", "gpu_memcpy"]) | _JSON,
+        "name": st.sampled_from(
+            ["ncclDevKernel_AllReduce_Sum_bf16_RING_LL", "gloo:all_reduce", "aten::mm"]
+        )
+        | _JSON,
+        "ts": _TRACE_NUMBER,
+        "dur": _TRACE_NUMBER,
+    }
+)
+
+
+@settings(max_examples=100, deadline=None, database=None)
+@given(
+    trace=st.fixed_dictionaries({"traceEvents": st.lists(_TRACE_EVENT | _JSON, max_size=8)})
+    | _JSON,
+    packing=st.sampled_from(["plain", "gzip", "cut gzip"]),
+)
+def test_a_profiler_trace_is_measured_or_refused_cleanly(trace: Any, packing: str) -> None:
+    """Any event shape and number (huge, NaN, negative, of the wrong type), plain or gzip or a
+    cut gzip stream: a share between 0 and 1, or a refusal naming the trace."""
+    import gzip
+    import tempfile
+
+    from sglx_core import comm_share
+    from sglx_core.profile import load_profile
+
+    raw = json.dumps(trace).encode()
+    if packing != "plain":
+        raw = gzip.compress(raw)
+        raw = raw[: len(raw) // 2] if packing == "cut gzip" else raw
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder, "TP-0.trace.json.gz")
+        path.write_bytes(raw)
+        try:
+            share = comm_share.measure(path, load_profile("gfx942").gate.comm_share)
+        except SglxError as exc:
+            assert exc.hint and str(path) in exc.message, exc
+        else:
+            assert 0.0 <= share.share <= 1.0, share
+            json.dumps(share.to_json(), allow_nan=False)
