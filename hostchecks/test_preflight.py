@@ -30,6 +30,7 @@ from probes import (
 from sglx_core.engines import engine_from, names_tested
 from sglx_core.errors import SglxError
 from sglx_core.gate.tools import amd_smi, amd_smi_partition, rccl_tests, rvs, xpu_smi
+from sglx_core.gate.tools.ecc import ECC_READS
 from sglx_core.gate.tools.result import ToolResult
 from sglx_core.untrusted import parse_json
 
@@ -472,10 +473,11 @@ def test_vendor_amd_smi_ecc(host: Any, facts: HostFacts, record_property: Any) -
     """No uncorrectable ECC error on any GPU (correctable ones are reported)."""
     settings = vendor.settings(facts, "amd-smi")
     path = vendor.locate(host, facts, "amd-smi")
-    out = vendor.run(host, path, ["metric", "-e", "--json"], settings.timeout_s, merge_stderr=False)
-    readings = vendor.parse(out, lambda data: amd_smi.parse_metric_json(data, require=("ecc",)))
+    read = ECC_READS["amd-smi"]
+    out = vendor.run(host, path, list(read.args), settings.timeout_s, merge_stderr=False)
+    readings = vendor.parse(out, read.parse)
     vendor.judge(
-        [amd_smi.check_ecc(readings), *vendor.counted(host, facts, "amd-smi", len(readings))],
+        [read.check(readings), *vendor.counted(host, facts, "amd-smi", len(readings))],
         [out],
         record_property,
         "take the host out of service and have the GPU checked (`amd-smi bad-pages`, "
@@ -561,8 +563,9 @@ def _xpu_smi_query(host: Any, facts: HostFacts, idle: bool) -> tuple[vendor.Outp
     path = vendor.locate(host, facts, "xpu-smi")
     if idle:
         vendor.devices_free(host, facts, "the idle check")
-    out = vendor.run(host, path, ["-q"], settings.timeout_s, merge_stderr=False)
-    return out, vendor.parse(out, xpu_smi.parse_query)
+    read = ECC_READS["xpu-smi"]  # `-q` carries the idle figures too
+    out = vendor.run(host, path, list(read.args), settings.timeout_s, merge_stderr=False)
+    return out, vendor.parse(out, read.parse)
 
 
 def test_vendor_xpu_smi_idle(host: Any, facts: HostFacts, record_property: Any) -> None:
@@ -587,8 +590,9 @@ def test_vendor_xpu_smi_idle(host: Any, facts: HostFacts, record_property: Any) 
 def test_vendor_xpu_smi_ecc(host: Any, facts: HostFacts, record_property: Any) -> None:
     """No uncorrectable ECC error on any XPU, and ECC enabled where xpu-smi shows the mode."""
     out, readings = _xpu_smi_query(host, facts, idle=False)
+    counted = vendor.counted(host, facts, "xpu-smi", len(readings))
     vendor.judge(
-        [xpu_smi.check_ecc(readings), *vendor.counted(host, facts, "xpu-smi", len(readings))],
+        [ECC_READS["xpu-smi"].check(readings), *counted],
         [out],
         record_property,
         "take the host out of service and have the card checked by the vendor; enable "

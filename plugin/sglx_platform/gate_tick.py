@@ -47,7 +47,6 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,8 +57,9 @@ from sglx_core.arg_types import non_negative, positive
 from sglx_core.errors import SglxError
 from sglx_core.gate.speed import DEFAULT_FRACTION
 from sglx_core.gate.speed_record import SpeedRecord, settings_of
-from sglx_core.gate.tools import MAX_OUTPUT_BYTES, amd_smi, xpu_smi
-from sglx_core.gate.tools.result import ToolResult, device_count
+from sglx_core.gate.tools import MAX_OUTPUT_BYTES
+from sglx_core.gate.tools.ecc import ECC_READS
+from sglx_core.gate.tools.result import device_count
 from sglx_core.profile import Profile
 from sglx_core.report import result_of
 from sglx_core.serving import hardware
@@ -71,18 +71,6 @@ HEALTH_TIMEOUT_S = 10.0
 DEFAULT_SPEED_TIMEOUT_S = 300.0
 # A timed run's fleet key: it judges no peers, so the key only names the record's origin.
 TIMER_FLEET = "gate-timer"
-# The vendor tools whose device read the timer runs: arguments, parser, ECC check, unit.
-DEVICE_READS: dict[
-    str, tuple[tuple[str, ...], Callable[[bytes], Any], Callable[[Any], ToolResult], str]
-] = {
-    "amd-smi": (
-        ("metric", "-e", "--json"),
-        lambda data: amd_smi.parse_metric_json(data, require=("ecc",)),
-        amd_smi.check_ecc,
-        "GPU",
-    ),
-    "xpu-smi": (("-q",), xpu_smi.parse_query, xpu_smi.check_ecc, "XPU"),
-}
 FORMAT = "sglx-gate-record"
 VERSION = 1
 
@@ -175,7 +163,7 @@ def devices(profile: Profile) -> Verdict | str | None:
     device probe; why it did not run where the container lacks the tool; None where the
     profile names no such tool (the cpu reference)."""
     vendor = profile.gate.vendor
-    tools = [tool for tool in vendor.tools if tool in DEVICE_READS]
+    tools = [tool for tool in vendor.tools if tool in ECC_READS]
     if not tools:
         return None
     tool = tools[0]
@@ -183,20 +171,23 @@ def devices(profile: Profile) -> Verdict | str | None:
     path = shutil.which(tool, path=search)
     if path is None:
         return f"{tool} is not in the server's container: not run"
-    args, parse, check_ecc, unit = DEVICE_READS[tool]
+    read = ECC_READS[tool]
     started = time.monotonic()
-    shown = " ".join((tool, *args))
+    shown = " ".join((tool, *read.args))
     try:
-        code, out = _bounded_run([path, *args], vendor.timeout_s)
+        code, out = _bounded_run([path, *read.args], vendor.timeout_s)
         if code != 0:
             raise SglxError(f"`{shown}` exited {code}")
-        readings = parse(out)
+        readings = read.parse(out)
         try:
             present = hardware.detect(profile).count
         except SglxError:  # the probe finds no device of this arch: none is present
             present = 0
         source = "the devices the server's probe sees"
-        results = [check_ecc(readings), device_count(tool, len(readings), present, source, unit)]
+        results = [
+            read.check(readings),
+            device_count(tool, len(readings), present, source, read.unit),
+        ]
     except (SglxError, OSError, subprocess.TimeoutExpired) as exc:
         said = exc.message if isinstance(exc, SglxError) else f"`{shown}`: {exc}"
         return Verdict("devices", False, said, time.monotonic() - started)
