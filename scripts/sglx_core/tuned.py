@@ -29,7 +29,7 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from sglx_core import untrusted
 from sglx_core.digests import HEX64
@@ -206,18 +206,7 @@ def read_manifest(folder: Path) -> TunedManifest:
     raw = untrusted.read_bounded(
         path, what="tuned-set manifest", max_bytes=MAX_MANIFEST_BYTES, hint=fix
     )
-    untrusted.parse_json(raw, path=path, what="tuned-set manifest", hint=fix)
-    try:
-        return TunedManifest.model_validate_json(raw)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "(top level)"
-        raise SglxError(
-            f"{path}: not a version-{FORMAT_VERSION} tuned-set manifest: {where}: {first['msg']}",
-            hint=fix,
-            code="corrupt",
-            path=str(path),
-        ) from None
+    return untrusted.parse_model(raw, TunedManifest, path=path, what="tuned-set manifest", hint=fix)
 
 
 def server_env(tuned: TunedSet, target: str, profile: Profile) -> dict[str, str]:

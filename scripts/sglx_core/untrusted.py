@@ -22,7 +22,9 @@ import posixpath
 import stat
 import tarfile
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeVar
+
+from pydantic import BaseModel, ValidationError
 
 from sglx_core.errors import SglxError
 
@@ -30,6 +32,7 @@ MAX_JSON_DEPTH = 64
 """Deepest nesting of objects and arrays accepted (manifests and configs use about 4)."""
 MAX_INT_DIGITS = 40
 """Longest integer accepted: a byte count or a token id has at most 20 digits (2**64)."""
+ModelT = TypeVar("ModelT", bound=BaseModel)
 
 
 def open_regular(path: Path, *, what: str, hint: str | None = None) -> BinaryIO:
@@ -147,6 +150,32 @@ def read_json(path: Path, *, what: str, max_bytes: int, hint: str | None = None)
     """`read_bounded` then `parse_json`."""
     raw = read_bounded(path, what=what, max_bytes=max_bytes, hint=hint)
     return parse_json(raw, path=path, what=what, hint=hint)
+
+
+def parse_model(
+    raw: bytes, model: type[ModelT], *, path: Path, what: str, hint: str, code: str = "corrupt"
+) -> ModelT:
+    """`raw` (the contents of `path`) parsed under `parse_json`'s rules, then validated as
+    `model` in JSON mode (strict models still take JSON arrays for tuples). A schema error
+    names the first field wrong (`schema_problem`)."""
+    parse_json(raw, path=path, what=what, hint=hint)
+    try:
+        return model.model_validate_json(raw)
+    except ValidationError as exc:
+        raise SglxError(
+            f"{path}: not a valid {what}: {schema_problem(exc)}",
+            hint=hint,
+            code=code,
+            path=str(path),
+        ) from None
+
+
+def schema_problem(exc: ValidationError) -> str:
+    """The first field a schema refused and why, with how many more it refused."""
+    first = exc.errors()[0]
+    where = ".".join(str(p) for p in first["loc"]) or "(top level)"
+    more = exc.error_count() - 1
+    return f"{where}: {first['msg']}" + (f" (and {more} more)" if more else "")
 
 
 class _OutOfRange(Exception):

@@ -19,7 +19,7 @@ import json
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from sglx_core import untrusted
 from sglx_core.digests import Digest, Sha256
@@ -117,24 +117,20 @@ def read_manifest(path: Path) -> Manifest:
             code="no_manifest",
             path=str(file),
         )
-    fix = "re-copy the converted model with its manifest, or convert the checkpoint again"
+    fix = (
+        "re-copy the converted model with its manifest, or convert the checkpoint again with "
+        "this sglx"
+    )
     raw = untrusted.read_bounded(
         file, what="weights manifest", max_bytes=MAX_MANIFEST_BYTES, hint=fix
     )
-    untrusted.parse_json(raw, path=file, what="weights manifest", hint=fix)
-    try:
-        # JSON mode: strict models still take JSON arrays for tuples.
-        return Manifest.model_validate_json(raw)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "(top level)"
-        raise SglxError(
-            f"{file}: not a version-{FORMAT_VERSION} sglx weights manifest: {where}: "
-            f"{first['msg']} ({exc.error_count()} problem(s))",
-            hint="re-convert the checkpoint with this sglx, or use the sglx that wrote it",
-            code="corrupt",
-            path=str(file),
-        ) from None
+    return untrusted.parse_model(
+        raw,
+        Manifest,
+        path=file,
+        what="weights manifest",
+        hint=fix,
+    )
 
 
 def manifest_digest(path: Path) -> str:

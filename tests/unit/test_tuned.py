@@ -211,3 +211,35 @@ def test_the_cli_captures_and_checks_with_a_table_and_json(
     code, out = sglx_json("tuned", "capture", "--from", str(tuning_run), "--out",
                           str(tmp_path / "set"), "--arch", "gfx942")  # fmt: skip
     assert code == 2 and "exists" in out["errors"][0]["message"]
+
+
+def test_a_containers_capture_folder_gives_only_its_own_regular_files(tmp_path: Path) -> None:
+    """What the engine's archive of the capture folder holds (`tuned capture --container`):
+    files directly in the folder are taken; links (even to a tuned file), nested folders,
+    names that are not plain and files past the profile's bound are left out."""
+    import io
+    import tarfile
+
+    from sglx.commands.tuned import _extract_top_files
+
+    profile = load_profile("gfx942")
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+
+        def add(
+            name: str, data: bytes = b"", kind: bytes = tarfile.REGTYPE, link: str = ""
+        ) -> None:
+            member = tarfile.TarInfo(name)
+            member.type, member.linkname, member.size = kind, link, len(data)
+            tar.addfile(member, io.BytesIO(data))
+
+        add("tuning/bf16_tuned_gemm.csv", b"gfx,cu_num\n")
+        add("tuning/nested/hipblaslt_tuning.txt", b"Git Version: x\n")
+        add("tuning/link.csv", kind=tarfile.SYMTYPE, link="bf16_tuned_gemm.csv")
+        add("tuning/hard.csv", kind=tarfile.LNKTYPE, link="tuning/bf16_tuned_gemm.csv")
+        add("tuning/..", b"x")
+        add("tuning/big.csv", b"x" * (profile.tuning.max_file_bytes + 1))
+    _extract_top_files(buffer.getvalue(), tmp_path, profile)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == {
+        "bf16_tuned_gemm.csv": b"gfx,cu_num\n"
+    }

@@ -25,7 +25,7 @@ from sglx_core.digests import Digest, Sha256
 from sglx_core.errors import SglxError
 from sglx_core.profile.loader import NAME_PATTERN
 from sglx_core.tuned import MANIFEST as TUNED_MANIFEST
-from sglx_core.untrusted import parse_json
+from sglx_core.untrusted import parse_json, schema_problem
 from sglx_core.weights_manifest import MANIFEST_NAME as WEIGHTS_MANIFEST
 
 FORMAT: Literal["sglx-bundle"] = "sglx-bundle"
@@ -239,9 +239,7 @@ def parse(raw: bytes, where: str) -> BundleManifest:
         # JSON mode: strict models still take JSON arrays for tuples.
         manifest = BundleManifest.model_validate_json(raw)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where_key = ".".join(str(p) for p in first["loc"]) or "(top level)"
-        raise _invalid(where, f"{where_key}: {first['msg']}") from None
+        raise _invalid(where, schema_problem(exc)) from None
     problem = _image_problem(manifest.image) or _files_problem(manifest)
     if problem is not None:
         raise _invalid(where, problem)

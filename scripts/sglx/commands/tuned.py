@@ -11,7 +11,6 @@ import socket
 import tarfile
 import tempfile
 from pathlib import Path
-from typing import Any
 
 from sglx import __version__
 from sglx.cli_shared import EPILOG, Subparsers
@@ -20,7 +19,7 @@ from sglx_core import tuned
 from sglx_core.errors import SglxError
 from sglx_core.profile import Profile, load_profile
 from sglx_core.report import Finding, Result, Table
-from sglx_core.untrusted import is_plain_name
+from sglx_core.untrusted import is_plain_name, tar_member_bytes
 
 
 def register(
@@ -181,8 +180,11 @@ def _extract_top_files(data: bytes, dest: Path, profile: Profile) -> None:
                     continue
                 if member.size > profile.tuning.max_file_bytes:
                     continue  # tuned.capture names it: it is left behind, not read
-                handle: Any = tar.extractfile(member)
-                (dest / parts[1]).write_bytes(handle.read())
+                content = tar_member_bytes(
+                    tar, member.name, max_bytes=profile.tuning.max_file_bytes
+                )
+                if content is not None:
+                    (dest / parts[1]).write_bytes(content)
     except tarfile.TarError as exc:
         raise SglxError(
             f"the engine's copy of the capture folder is not a readable tar ({exc})",
