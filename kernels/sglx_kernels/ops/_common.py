@@ -8,6 +8,8 @@ from sglx_kernels import _triton
 from sglx_kernels.registry import Availability
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+LIBRARY = "sglx"
+"""The torch.library namespace of the ops: ``torch.ops.sglx.<op>``."""
 
 # The Triton implementations' availability check, shared by every op.
 triton_unavailable_reason: Availability = _triton.unavailable_reason
@@ -59,3 +61,13 @@ def needs_int64(*tensors: torch.Tensor) -> bool:
         if span + _INDEX_HEADROOM >= 1 << 31:
             return True
     return False
+
+
+def gated_output(x: torch.Tensor) -> torch.Tensor:
+    """An empty result of a gated activation of `x`: [..., d] from [..., 2 * d]."""
+    return x.new_empty((*x.shape[:-1], x.shape[-1] // 2))
+
+
+def empty_result(like: torch.Tensor) -> torch.Tensor:
+    """An empty, contiguous tensor of `like`'s shape, dtype and device: what an op returns."""
+    return torch.empty(like.shape, dtype=like.dtype, device=like.device)

@@ -16,8 +16,10 @@ import torch.nn.functional as F
 from sglx_kernels import registry, tuning
 from sglx_kernels._triton import target_for, tl, triton
 from sglx_kernels.ops._common import (
+    LIBRARY,
     as_rows,
     check_floating,
+    empty_result,
     needs_int64,
     triton_unavailable_reason,
 )
@@ -150,7 +152,19 @@ def fused_add_rms_norm(
     """``(rms_norm(x + residual), x + residual)`` by the implementation the registry picks.
 
     Both results are new tensors in x's dtype and shape; x and residual are not modified.
+    Under torch.compile it is the opaque op ``torch.ops.sglx.fused_add_rms_norm``.
     """
+    if torch.compiler.is_compiling():
+        compiled: tuple[torch.Tensor, torch.Tensor] = fused_add_rms_norm_op(
+            x, residual, weight, eps
+        )
+        return compiled
+    return _fused_add_rms_norm(x, residual, weight, eps)
+
+
+def _fused_add_rms_norm(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     check_rms_norm_args(OP, x, weight, eps)
     check_floating(OP, "residual", residual)
     if residual.shape != x.shape:
@@ -164,3 +178,18 @@ def fused_add_rms_norm(
         OP, x.device, x, residual, weight, eps
     )
     return result
+
+
+@torch.library.custom_op(f"{LIBRARY}::{OP}", mutates_args=())
+def fused_add_rms_norm_op(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``torch.ops.sglx.fused_add_rms_norm``."""
+    return _fused_add_rms_norm(x, residual, weight, eps)
+
+
+@fused_add_rms_norm_op.register_fake
+def _(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    return empty_result(x), empty_result(x)

@@ -18,7 +18,13 @@ import torch.nn.functional as F
 
 from sglx_kernels import registry, tuning
 from sglx_kernels._triton import target_for, tl, triton
-from sglx_kernels.ops._common import as_rows, needs_int64, triton_unavailable_reason
+from sglx_kernels.ops._common import (
+    LIBRARY,
+    as_rows,
+    gated_output,
+    needs_int64,
+    triton_unavailable_reason,
+)
 from sglx_kernels.ops.silu_and_mul import check_gated_args
 
 OP = "gelu_and_mul"
@@ -122,7 +128,15 @@ registry.register(OP, "native", gelu_and_mul_torch)
 
 
 def gelu_and_mul(x: torch.Tensor, approximate: Approximate = "none") -> torch.Tensor:
-    """``gelu(x[..., :d], approximate) * x[..., d:]`` by the implementation the registry picks."""
+    """``gelu(x[..., :d], approximate) * x[..., d:]`` by the implementation the registry picks.
+    Under torch.compile it is the opaque op ``torch.ops.sglx.gelu_and_mul``."""
+    if torch.compiler.is_compiling():
+        compiled: torch.Tensor = gelu_and_mul_op(x, approximate)
+        return compiled
+    return _gelu_and_mul(x, approximate)
+
+
+def _gelu_and_mul(x: torch.Tensor, approximate: str) -> torch.Tensor:
     check_gated_args(OP, x)
     if approximate not in APPROXIMATIONS:
         raise ValueError(
@@ -130,3 +144,14 @@ def gelu_and_mul(x: torch.Tensor, approximate: Approximate = "none") -> torch.Te
         )
     y: torch.Tensor = registry.call(OP, x.device, x, approximate)
     return y
+
+
+@torch.library.custom_op(f"{LIBRARY}::{OP}", mutates_args=())
+def gelu_and_mul_op(x: torch.Tensor, approximate: str) -> torch.Tensor:
+    """``torch.ops.sglx.gelu_and_mul``."""
+    return _gelu_and_mul(x, approximate)
+
+
+@gelu_and_mul_op.register_fake
+def _(x: torch.Tensor, approximate: str) -> torch.Tensor:
+    return gated_output(x)

@@ -15,9 +15,11 @@ import torch.nn.functional as F
 from sglx_kernels import registry, tuning
 from sglx_kernels._triton import target_for, tl, triton
 from sglx_kernels.ops._common import (
+    LIBRARY,
     as_rows,
     check_floating,
     check_same_device,
+    empty_result,
     needs_int64,
     triton_unavailable_reason,
 )
@@ -140,8 +142,28 @@ def check_rms_norm_args(op: str, x: torch.Tensor, weight: torch.Tensor, eps: flo
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """RMSNorm over the last dimension of `x` by the implementation the registry picks.
 
-    Returns a new tensor of x's shape and dtype; x and weight are not modified.
+    Returns a new tensor of x's shape and dtype; x and weight are not modified. Under
+    torch.compile it is the opaque op ``torch.ops.sglx.rms_norm`` (no graph break; the
+    registry still chooses when it runs).
     """
+    if torch.compiler.is_compiling():
+        compiled: torch.Tensor = rms_norm_op(x, weight, eps)
+        return compiled
+    return _rms_norm(x, weight, eps)
+
+
+def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     check_rms_norm_args(OP, x, weight, eps)
     y: torch.Tensor = registry.call(OP, x.device, x, weight, eps)
     return y
+
+
+@torch.library.custom_op(f"{LIBRARY}::{OP}", mutates_args=())
+def rms_norm_op(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """``torch.ops.sglx.rms_norm`` (S4-70: ops torch.compile and graph capture see whole)."""
+    return _rms_norm(x, weight, eps)
+
+
+@rms_norm_op.register_fake
+def _(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    return empty_result(x)

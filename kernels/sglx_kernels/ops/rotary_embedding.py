@@ -22,9 +22,11 @@ import torch
 from sglx_kernels import registry, tuning
 from sglx_kernels._triton import target_for, tl, triton
 from sglx_kernels.ops._common import (
+    LIBRARY,
     as_rows,
     check_floating,
     check_same_device,
+    empty_result,
     triton_unavailable_reason,
 )
 
@@ -317,9 +319,53 @@ def rotary_embedding(
 
     Returns new tensors shaped like query and key; the inputs are not modified. Positions must
     index rows of `cos_sin_cache`; as in sglang they are not range-checked on the device.
+    Under torch.compile it is the opaque op ``torch.ops.sglx.rotary_embedding``.
     """
+    args = (positions, query, key, cos_sin_cache, head_size, rotary_dim, is_neox)
+    if torch.compiler.is_compiling():
+        compiled: tuple[torch.Tensor, torch.Tensor] = rotary_embedding_op(*args)
+        return compiled
+    return _rotary_embedding(*args)
+
+
+def _rotary_embedding(
+    positions: torch.Tensor,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    cos_sin_cache: torch.Tensor,
+    head_size: int,
+    rotary_dim: int,
+    is_neox: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
     _check_args(positions, query, key, cos_sin_cache, head_size, rotary_dim)
     result: tuple[torch.Tensor, torch.Tensor] = registry.call(
         OP, query.device, positions, query, key, cos_sin_cache, head_size, rotary_dim, is_neox
     )
     return result
+
+
+@torch.library.custom_op(f"{LIBRARY}::{OP}", mutates_args=())
+def rotary_embedding_op(
+    positions: torch.Tensor,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    cos_sin_cache: torch.Tensor,
+    head_size: int,
+    rotary_dim: int,
+    is_neox: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``torch.ops.sglx.rotary_embedding``."""
+    return _rotary_embedding(positions, query, key, cos_sin_cache, head_size, rotary_dim, is_neox)
+
+
+@rotary_embedding_op.register_fake
+def _(
+    positions: torch.Tensor,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    cos_sin_cache: torch.Tensor,
+    head_size: int,
+    rotary_dim: int,
+    is_neox: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    return empty_result(query), empty_result(key)

@@ -16,8 +16,10 @@ import torch.nn.functional as F
 from sglx_kernels import registry, tuning
 from sglx_kernels._triton import target_for, tl, triton
 from sglx_kernels.ops._common import (
+    LIBRARY,
     as_rows,
     check_floating,
+    gated_output,
     needs_int64,
     triton_unavailable_reason,
 )
@@ -122,7 +124,26 @@ def check_gated_args(op: str, x: torch.Tensor) -> None:
 
 
 def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
-    """``silu(x[..., :d]) * x[..., d:]`` by the implementation the registry picks (new tensor)."""
+    """``silu(x[..., :d]) * x[..., d:]`` by the implementation the registry picks (new tensor).
+    Under torch.compile it is the opaque op ``torch.ops.sglx.silu_and_mul``."""
+    if torch.compiler.is_compiling():
+        compiled: torch.Tensor = silu_and_mul_op(x)
+        return compiled
+    return _silu_and_mul(x)
+
+
+def _silu_and_mul(x: torch.Tensor) -> torch.Tensor:
     check_gated_args(OP, x)
     y: torch.Tensor = registry.call(OP, x.device, x)
     return y
+
+
+@torch.library.custom_op(f"{LIBRARY}::{OP}", mutates_args=())
+def silu_and_mul_op(x: torch.Tensor) -> torch.Tensor:
+    """``torch.ops.sglx.silu_and_mul``."""
+    return _silu_and_mul(x)
+
+
+@silu_and_mul_op.register_fake
+def _(x: torch.Tensor) -> torch.Tensor:
+    return gated_output(x)
