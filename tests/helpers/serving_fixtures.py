@@ -88,6 +88,9 @@ STRIX_HALO = Gpu(
 )
 
 
+XGMI_HIVE = 1455590920
+"""The hive_id every dGPU of a fixture host shares (one xGMI hive, as on an 8-GPU platform)."""
+
 # Every key node_show() prints, in its order; GPU_ONLY_KEYS only for GPU nodes, and
 # max_engine_clk_ccompute last for all.
 NODE_KEYS = [
@@ -134,7 +137,9 @@ GPU_ONLY_KEYS = [
 ]
 
 
-def _node_properties(gpu: Gpu | None, *, index: int, cpu_cores: int) -> str:
+def _node_properties(
+    gpu: Gpu | None, *, index: int, cpu_cores: int, hive_id: int | None = None
+) -> str:
     """One node's properties file, every key node_show() prints, in its order."""
     values = dict.fromkeys(NODE_KEYS, 0)
     if gpu is None:
@@ -163,7 +168,7 @@ def _node_properties(gpu: Gpu | None, *, index: int, cpu_cores: int) -> str:
             device_id=gpu.device_id,
             location_id=50432 if apu else 6912 + 4352 * index,
             drm_render_minor=127 + index,
-            hive_id=0 if apu else 1455590920,
+            hive_id=(0 if apu else XGMI_HIVE) if hive_id is None else hive_id,
             num_sdma_engines=2,
             num_sdma_xgmi_engines=0 if apu else 14,
             num_sdma_queues_per_engine=8,
@@ -198,8 +203,10 @@ def write_kfd_host(
     cpu_cores: int = 64,
     system_memory: int = 1536 << 30,
     with_dev: bool = True,
+    hive_ids: Sequence[int] | None = None,
 ) -> Path:
-    """A KFD topology under `root`: `cpu_nodes` CPU nodes, then one node per entry of `gpus`.
+    """A KFD topology under `root`: `cpu_nodes` CPU nodes, then one node per entry of `gpus`
+    (their xGMI hive: `hive_ids`, else XGMI_HIVE for every dGPU, 0 for an APU).
 
     Each node has properties, gpu_id, name, mem_banks/0 (and the caches, io_links, p2p_links
     folders the kernel creates). With `with_dev`, /dev/kfd and a renderD node per GPU too."""
@@ -220,7 +227,12 @@ def write_kfd_host(
     for number, gpu in enumerate(gpus, start=1):
         _write_node(
             nodes / str(index),
-            _node_properties(gpu, index=number, cpu_cores=0),
+            _node_properties(
+                gpu,
+                index=number,
+                cpu_cores=0,
+                hive_id=None if hive_ids is None else hive_ids[number - 1],
+            ),
             gpu_id=40000 + number * 1111,
             name="ip discovery",
             bank=_bank_properties(gpu.heap_type, gpu.memory_bytes, gpu.mem_width, gpu.mem_clk_max),

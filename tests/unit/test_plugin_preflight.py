@@ -20,6 +20,7 @@ import pytest
 from helpers.devices import char_node, make_kfd_host
 from helpers.elf import shared_library
 from helpers.profiles import bake
+from helpers.serving_fixtures import MI300X, write_kfd_host
 
 PREFLIGHT = str(Path(sys.executable).with_name("sglx-preflight"))
 ROCM_SONAMES = [
@@ -90,7 +91,8 @@ def test_a_host_without_the_gpu_fails_as_device_init_failed(tmp_path: Path) -> N
 def test_gfx942_fixture_host_with_fixture_rocm_libraries_passes(
     tmp_path: Path, model: Path
 ) -> None:
-    host = make_kfd_host(tmp_path / "host", [90402, 90402])
+    # two MI300X cards in no xGMI hive (hive_id 0 on both): PCIe between them
+    host = write_kfd_host(tmp_path / "host", [MI300X, MI300X], hive_ids=[0, 0])
     libs = tmp_path / "fixture-rocm-libs"
     for soname in ROCM_SONAMES:
         shared_library(libs, soname, "int fixture_rocm(void) { return 0; }\n")
@@ -107,6 +109,10 @@ def test_gfx942_fixture_host_with_fixture_rocm_libraries_passes(
     checks = {c["check"]: c for c in envelope["data"]["checks"]}
     assert checks["arch"]["detail"] == "kfd node 1: gfx942, kfd node 2: gfx942"
     assert checks["device /dev/dri/renderD128"]["status"] == "pass"
+    # two GPUs in no xGMI hive (hive_id 0): a warning, the start goes on (seed S0-25)
+    link = checks["interconnect"]
+    assert link["status"] == "warn" and "node 1: none, node 2: none" in link["detail"], link
+    assert "--pp-size" in link["fix"]
 
 
 def test_device_nodes_without_a_driver_and_a_gpu_of_another_arch(tmp_path: Path) -> None:

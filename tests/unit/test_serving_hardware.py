@@ -21,6 +21,7 @@ from helpers.serving_fixtures import (
     KUNLUN_GEN2_DEVICE,
     MI300X,
     MI325X,
+    XGMI_HIVE,
     cpu_host,
     mi300x_host,
     mi325x_host,
@@ -100,6 +101,49 @@ def test_kfd_hosts(
     assert found.facts["vram_heap"] == "FB_PUBLIC"
     # simd_count / simd_per_cu: the cu_num AITER keys its tuned rows by
     assert found.facts["compute_units"] == units
+
+
+@pytest.mark.parametrize(
+    ("hives", "link", "shown"),
+    [
+        (None, "xgmi", f"0x{XGMI_HIVE:x}"),  # eight GPUs of one hive
+        ([0, 0], "pcie", "node 2: none, node 3: none"),  # cards in no hive
+        ([7, 7, 9], "pcie", "node 2: 0x7, node 3: 0x7, node 4: 0x9"),  # two hives
+    ],
+)
+def test_gpus_outside_one_xgmi_hive_are_said_to_talk_over_pcie(
+    tmp_path: Path, hives: list[int] | None, link: str, shown: str
+) -> None:
+    """Seed S0-25: the KFD node's hive_id tells xGMI from PCIe between the GPUs."""
+    gpus = [MI300X] * (8 if hives is None else len(hives))
+    found = _detect("gfx942", write_kfd_host(tmp_path, gpus, cpu_nodes=2, hive_ids=hives))
+    assert (found.facts["interconnect"], found.facts["xgmi_hive"]) == (link, shown)
+
+
+def test_one_gpu_has_no_interconnect_to_judge(tmp_path: Path) -> None:
+    assert "interconnect" not in _detect("gfx942", mi300x_host(tmp_path, 1)).facts
+    assert "interconnect" not in _detect("gfx1151", strix_halo_host(tmp_path / "apu")).facts
+
+
+def test_preflight_passes_a_hive_and_warns_about_pcie(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sglx_platform.preflight.checks import Check
+    from sglx_platform.preflight.hardware import check_interconnect
+
+    def run(root: Path, arch: str = "gfx942") -> list[Check]:
+        monkeypatch.setenv(probe_root.PROBE_ROOT_ENV, str(root))
+        checks: list[Check] = []
+        check_interconnect(_profile(arch), checks)
+        return checks
+
+    (ok,) = run(mi300x_host(tmp_path / "hive"))
+    assert (ok.status, ok.detail) == ("pass", f"xGMI between all 8 GPUs (hive 0x{XGMI_HIVE:x})")
+    (pcie,) = run(write_kfd_host(tmp_path / "pcie", [MI300X] * 2, hive_ids=[0, 0]))
+    assert pcie.status == "warn" and "about 40 % slower (seed S0-25)" in pcie.detail
+    assert pcie.fix is not None and "--tp-size" in pcie.fix
+    assert run(mi300x_host(tmp_path / "one", 1)) == []
+    assert run(p800_host(tmp_path / "kunlun"), "kunlun") == []  # XPULink is not read
 
 
 def test_apu_reports_what_the_kfd_bank_says(tmp_path: Path) -> None:

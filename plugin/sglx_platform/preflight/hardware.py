@@ -12,8 +12,10 @@ import os
 import stat
 from pathlib import Path
 
+from sglx_core.errors import SglxError
 from sglx_core.profile import Profile
 from sglx_core.profile.schema import DeviceNode
+from sglx_core.serving.hardware import detect
 from sglx_core.serving.probe_root import probe_root
 from sglx_platform.activate import device_flags
 from sglx_platform.failures import FailureClass
@@ -50,6 +52,36 @@ def check_arch(profile: Profile, checks: list[Check]) -> bool:
     detail = f"no {profile.arch} device: {found.reason}"
     checks.append(failed("arch", detail, FailureClass.DEVICE_INIT_FAILED, fix))
     return False
+
+
+def check_interconnect(profile: Profile, checks: list[Check]) -> None:
+    """The GPUs a server spans reach each other over xGMI, not PCIe alone (seed S0-25: without
+    a high-bandwidth link, tensor parallelism loses about 40 %; use fewer GPUs per group or
+    pipeline parallelism across the slow link). A warning: the server starts either way.
+    Only where the profile's devices say how they are linked (the KFD topology's hive_id)."""
+    try:
+        found = detect(profile)
+    except SglxError:
+        return  # check_arch named the problem
+    link = found.facts.get("interconnect")
+    if link is None:
+        return  # one device, or a family whose link sglx cannot read
+    if link == "xgmi":
+        detail = f"xGMI between all {found.count} GPUs (hive {found.facts['xgmi_hive']})"
+        checks.append(Check("interconnect", "pass", detail))
+        return
+    checks.append(
+        Check(
+            "interconnect",
+            "warn",
+            f"the {found.count} GPUs are not in one xGMI hive ({found.facts['xgmi_hive']}): "
+            "a tensor-parallel group across them talks over PCIe, about 40 % slower (seed "
+            "S0-25)",
+            fix="serve one group per xGMI hive (a smaller --tp-size, more replicas), or split "
+            "the model at the PCIe boundary with --pp-size; `sglx hosts check` measures the "
+            "bus bandwidth (collective smoke test)",
+        )
+    )
 
 
 def check_devices(profile: Profile, checks: list[Check]) -> None:

@@ -16,7 +16,7 @@ from sglx_platform.preflight.checks import Check
 from sglx_platform.preflight.child_checks import child_checks
 from sglx_platform.preflight.env_floors import check_env_floors
 from sglx_platform.preflight.environment import check_env
-from sglx_platform.preflight.hardware import check_arch, check_devices
+from sglx_platform.preflight.hardware import check_arch, check_devices, check_interconnect
 from sglx_platform.preflight.libraries import required_libraries
 from sglx_platform.preflight.profile_checks import check_plugin, check_profile
 
@@ -28,6 +28,8 @@ def run(server_argv: Sequence[str] | None, *, device_init: bool, timeout_s: floa
     if profile is not None:
         check_plugin(profile, checks)
         present = check_arch(profile, checks)
+        if present:
+            check_interconnect(profile, checks)
         check_devices(profile, checks)
         check_env(profile, checks)
         check_env_floors(profile, checks)

@@ -39,7 +39,7 @@ from __future__ import annotations
 import os
 import re
 import stat
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -183,7 +183,24 @@ def _detect_rocm(
         facts["other_gpus"] = ", ".join(others)
     if denied:
         facts["kfd_nodes_not_granted"] = ", ".join(denied)
+    if len(mine) > 1:
+        facts.update(interconnect(mine))
     return Accelerators(family, model, len(mine), memory, facts)
+
+
+def interconnect(gpus: Sequence[KfdGpu]) -> dict[str, str]:
+    """How the GPUs reach each other: "xgmi" when they are all in one xGMI hive (the same
+    nonzero hive_id), else "pcie", with each node's hive. GPUs of one hive are joined by AMD's
+    Infinity Fabric (xGMI; on the 8-GPU MI300X platform all eight are fully connected: AMD
+    Instinct MI300X Platform data sheet); a pair in no common hive goes over PCIe, which costs
+    tensor parallelism about 40 % (seed S0-25)."""
+    hives = {g.hive_id for g in gpus}
+    if len(hives) == 1 and 0 not in hives:
+        return {"interconnect": "xgmi", "xgmi_hive": f"0x{hives.pop():x}"}
+    listed = ", ".join(
+        f"node {g.node}: {f'0x{g.hive_id:x}' if g.hive_id else 'none'}" for g in gpus
+    )
+    return {"interconnect": "pcie", "xgmi_hive": listed}
 
 
 def identify_rocm(gpu: KfdGpu, table: Mapping[str, AcceleratorSpec]) -> str | None:

@@ -48,6 +48,9 @@ class KfdGpu:
     # simd_count / simd_per_cu (kfd_topology.c node_show()); 0 when the node prints no
     # simd_per_cu. torch's multi_processor_count and AITER's cu_num are this number.
     compute_units: int = 0
+    # The xGMI hive the GPU is in (node_show()'s hive_id: amdgpu's gmc.xgmi.hive_id); 0 for a
+    # GPU in no hive, which reaches its peers over PCIe only.
+    hive_id: int = 0
 
 
 def gfx_name(version: int) -> str:
@@ -193,7 +196,8 @@ def _kfd_node(root: ProbeRoot, node: Path) -> KfdGpu | None:
     memory, heap = _kfd_memory(root, node)
     per_cu = props.get("simd_per_cu", 0)
     units = props.get("simd_count", 0) // per_cu if per_cu > 0 else 0
-    return KfdGpu(node.name, version, props["device_id"], memory, heap, units)
+    hive = props.get("hive_id", 0)
+    return KfdGpu(node.name, version, props["device_id"], memory, heap, units, hive)
 
 
 def _kfd_memory(root: ProbeRoot, node: Path) -> tuple[int, str]:
