@@ -45,7 +45,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from sglx_core.arg_types import non_negative, positive
+from sglx_core.arg_types import finite, positive
 from sglx_core.errors import SglxError
 from sglx_core.gate.golden import (
     GOLDEN_FILE,
@@ -333,17 +333,19 @@ def main(argv: list[str] | None = None) -> int:
         "--golden", type=Path, default=DEFAULT_GOLDEN, help=f"the golden file ({DEFAULT_GOLDEN})"
     )
     parser.add_argument("--url", required=True, help="the server, e.g. http://127.0.0.1:30000")
+    # finite here, the range checked by Tolerance: a negative bound is refused in the report
+    # (the JSON envelope with --json), nan and inf by the parser
     given = parser.add_argument_group(
         "tolerance",
         "all three, or none: then the baked profile's gate.numerics tolerance for the dtype the "
         "server serves in (GET /server_info)",
     )
-    given.add_argument("--max-abs", type=non_negative("--max-abs"), help="largest |Δ logprob|")
+    given.add_argument("--max-abs", type=finite("--max-abs"), help="largest |Δ logprob|")
     given.add_argument(
-        "--mean-abs", type=non_negative("--mean-abs"), help="largest mean |Δ logprob| of a prompt"
+        "--mean-abs", type=finite("--mean-abs"), help="largest mean |Δ logprob| of a prompt"
     )
     given.add_argument(
-        "--min-top1", type=non_negative("--min-top1"), help="least top-1 agreement, 0 to 1"
+        "--min-top1", type=finite("--min-top1"), help="least top-1 agreement, 0 to 1"
     )
     parser.add_argument("--digest", help="the golden file's digest from the image label")
     parser.add_argument("--host", help="the host named in findings (default: this hostname)")

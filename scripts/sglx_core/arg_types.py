@@ -24,6 +24,11 @@ def non_negative(flag: str) -> Callable[[str], float]:
     return _number(flag, lambda value: value >= 0, "a number of 0 or more")
 
 
+def finite(flag: str) -> Callable[[str], float]:
+    """Any finite number: the range is the caller's to check (and to report its own way)."""
+    return _number(flag, lambda value: True, "a finite number")
+
+
 def fraction(flag: str) -> Callable[[str], float]:
     """A finite number above 0 and at most 1."""
     return _number(flag, lambda value: 0 < value <= 1, "a number above 0 and at most 1")

@@ -51,6 +51,7 @@ def test_a_number_out_of_range_is_a_usage_error_naming_the_flag(
         ("positive", ["1", "0.5", "1e3"], ["0", "-1", "nan", "inf", "-inf", "x", "", "1e400"]),
         ("non_negative", ["0", "2.5"], ["-0.1", "nan", "inf", "x"]),
         ("fraction", ["1", "0.5"], ["0", "1.01", "nan", "x"]),
+        ("finite", ["-1", "0", "2.5"], ["nan", "inf", "-inf", "x", "1e400"]),
     ],
 )
 def test_each_type_takes_the_finite_values_in_its_range(
