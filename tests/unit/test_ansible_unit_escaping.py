@@ -45,6 +45,11 @@ IMAGE = "sha256:" + "ab" * 32
 UNIT = "sglx-server.service"
 # The server unit's stop: `docker stop`, retried while `docker run` (the main process) lives.
 STOP_LOOP = 'until "$1" stop -t 30 "$2"; do kill -0 "$MAINPID" 2>/dev/null || exit 0; sleep 1; done'
+REMOVE_LOOP = (
+    '"$1" rm -f "$2" >/dev/null 2>&1; n=0; while "$1" container inspect "$2" >/dev/null 2>&1; '
+    'do [ "$n" -lt "$3" ] || { echo "$2 is still there $3 s after docker rm -f" >&2; exit 1; }; '
+    'sleep 1; "$1" rm -f "$2" >/dev/null 2>&1; n=$((n + 1)); done'
+)
 
 # The role's preflight, then its two templates written under {{ out }}/HOST/ instead of /etc.
 PLAY = """
@@ -294,7 +299,9 @@ def test_hostile_but_legal_values_reach_systemd_and_docker_unchanged(public: Pat
     ]  # fmt: skip
     # Exactly these three commands, nothing before, after or beside them.
     assert commands(unit, public) == {
-        "ExecStartPre": [[str(docker), "rm", "-f", "sglx-server"]],
+        "ExecStartPre": [
+            ["/bin/sh", "-c", REMOVE_LOOP, "sglx-remove", str(docker), "sglx-server", "60"]
+        ],
         "ExecStart": [run],
         "ExecStop": [["/bin/sh", "-c", STOP_LOOP, "sglx-stop", str(docker), "sglx-server"]],
     }
@@ -343,7 +350,7 @@ def test_a_plain_unit_is_written_as_before(public: Path) -> None:
     code, out = play(public, {"node": host})
     assert code == 0, out
     text = (public / "out" / "node" / UNIT).read_text()
-    assert "ExecStartPre=-/usr/bin/docker rm -f sglx-server\n" in text
+    assert "sglx-remove /usr/bin/docker sglx-server 60\n" in text
     lock_words = lock_dir_words(profile)
     assert lock_words == [
         "-v",
@@ -355,9 +362,11 @@ def test_a_plain_unit_is_written_as_before(public: Path) -> None:
     folder = "/var/cache/sglx/jit/" + IMAGE.removeprefix("sha256:")
     assert f"\n  -v {folder}:/var/cache/sglx \\\n  -e SGLX_JIT_CACHE_HOST={folder} \\\n" in text
     assert f"\n  {IMAGE} --tp 2\n" in text
-    # (the stop's shell loop is the one quoted word)
+    # (the start's and the stop's shell loops are the quoted words)
     assert not [
-        line for line in text.splitlines() if '"' in line and not line.startswith("ExecStop=")
+        line
+        for line in text.splitlines()
+        if '"' in line and not line.startswith(("ExecStop=", "ExecStartPre="))
     ]
 
 
@@ -390,6 +399,37 @@ def test_the_stop_waits_for_a_container_still_being_created(public: Path) -> Non
     done = subprocess.run(argv, env={"MAINPID": str(client.pid)}, capture_output=True,
                           timeout=30, check=False)  # fmt: skip
     assert done.returncode == 0 and calls.read_text().splitlines() == ["stop -t 30 sglx-server"]
+
+
+def test_the_start_waits_until_the_engine_has_removed_the_old_container(public: Path) -> None:
+    """CI-I's e2e failure: a removal an earlier start asked for goes on in the engine after
+    systemd killed that start's client, and meanwhile `rm -f` answers "already in progress" while
+    the name stays taken. The start, as systemd runs it, asks again each second until the engine
+    no longer holds the container, and fails naming it when its bound passes."""
+    code, out = play(public, {"node": local()})
+    assert code == 0, out
+    [remove] = commands(public / "out" / "node" / UNIT, public)["ExecStartPre"]
+    calls, docker = public / "calls", public / "docker"
+    # The engine holds the container until the third `inspect`; `rm -f` fails meanwhile.
+    docker.write_text(
+        "#!/bin/sh\n"
+        f'echo "$1" >>{calls}\n'
+        f'[ "$1" = container ] && exec [ "$(grep -c container {calls})" -lt 3 ]\n'
+        'echo "removal of container $3 is already in progress" >&2; exit 1\n'
+    )
+    docker.chmod(0o755)
+    argv = [*remove[:4], str(docker), *remove[5:]]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
+    assert done.returncode == 0, done.stderr
+    assert calls.read_text().split() == ["rm", "container", "rm", "container", "rm", "container"]
+    # A container the engine never lets go: the start fails after its bound, naming it.
+    calls.write_text("")
+    docker.write_text(f'#!/bin/sh\necho "$1" >>{calls}\n[ "$1" = container ]\n')
+    done = subprocess.run([*argv[:-1], "2"], capture_output=True, text=True, timeout=30,
+                          check=False)  # fmt: skip
+    assert done.returncode == 1
+    assert done.stderr == "sglx-server is still there 2 s after docker rm -f\n"
+    assert calls.read_text().split().count("rm") == 3
 
 
 # --------------------------------------------------------------------------------------------
