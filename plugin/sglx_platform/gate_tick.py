@@ -223,8 +223,12 @@ def _bounded_run(argv: list[str], timeout: float) -> tuple[int, bytes]:
 
 def memory_used(usage: str) -> float | None:
     """The USED of the engine's "USED / LIMIT" in bytes, or None where it is not that (a
-    stopped container's "--", or nothing read)."""
-    return parse_engine_figure(usage.partition("/")[0]) if "/" in usage else None
+    stopped container's "--", nothing read, or a LIMIT of 0: no container's limit is 0, so
+    the engine took no sample, and its 0 used is no measurement)."""
+    used, slash, limit = usage.partition("/")
+    if not slash or not parse_engine_figure(limit):
+        return None
+    return parse_engine_figure(used)
 
 
 def memory(used: float | None, bound: float) -> Verdict:

@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
@@ -154,18 +155,24 @@ def test_a_torn_or_huge_record_counts_as_no_actions(tmp_path: Path) -> None:
 
 
 def stand_ins(
-    folder: Path, passed: bool, answered: dict[str, Any] | None = None
+    folder: Path,
+    passed: bool,
+    answered: dict[str, Any] | None = None,
+    stats: Sequence[str] = ("1.5GiB / 23.47GiB",),
 ) -> tuple[Path, Path, Path]:
-    """`docker` answering `stats` with a memory use and `exec` with the gate's JSON (exit 0 or
-    1; `answered`, else `answer(passed)`), logging the exec's argv; `systemctl` logging its
-    argv."""
+    """`docker` answering `stats` with a memory use (the n-th call the n-th of `stats`, then
+    the last) and `exec` with the gate's JSON (exit 0 or 1; `answered`, else `answer(passed)`),
+    logging the exec's argv; `systemctl` logging its argv."""
     folder.mkdir(parents=True, exist_ok=True)
     said, log = folder / "answer.json", folder / "systemctl.log"
     said.write_text(json.dumps(answered or answer(passed)))
+    figures, asked = folder / "stats.txt", folder / "stats.calls"
+    figures.write_text("".join(f"{figure}\n" for figure in stats))
     docker, systemctl = folder / "docker", folder / "systemctl"
     docker.write_text(
-        '#!/bin/sh\n[ "$1" = stats ] && { echo "1.5GiB / 23.47GiB"; exit 0; }\n'
-        f'echo "$@" >{folder / "exec.argv"}\ncat {said}\nexit {0 if passed else 1}\n'
+        f'#!/bin/sh\nif [ "$1" = stats ]; then echo >>{asked}; n=$(wc -l <{asked})\n'
+        f'  line=$(sed -n "${{n}}p" {figures}); echo "${{line:-$(tail -n 1 {figures})}}"; exit 0\n'
+        f'fi\necho "$@" >{folder / "exec.argv"}\ncat {said}\nexit {0 if passed else 1}\n'
     )
     systemctl.write_text(f'#!/bin/sh\necho "$@" >>{log}\n')
     docker.chmod(0o755)
@@ -174,9 +181,14 @@ def stand_ins(
 
 
 def run_tick(
-    tmp: Path, host: str, passed: bool, *extra: str, answered: dict[str, Any] | None = None
+    tmp: Path,
+    host: str,
+    passed: bool,
+    *extra: str,
+    answered: dict[str, Any] | None = None,
+    stats: Sequence[str] = ("1.5GiB / 23.47GiB",),
 ) -> tuple[int, str, list[str]]:
-    docker, systemctl, log = stand_ins(tmp / host, passed, answered)
+    docker, systemctl, log = stand_ins(tmp / host, passed, answered, stats)
     done = subprocess.run(
         [sys.executable, str(SCRIPT), "--container", "c", "--url", "http://127.0.0.1:1",
          "--host", host, "--unit", "sglx-server.service", "--docker", str(docker),
@@ -317,7 +329,9 @@ def test_a_bad_limit_is_a_usage_error(tmp_path: Path, bad: list[str], named: str
         ("512.3MiB / 1GiB", 512.3 * 2**20),
         ("731.2MB / 16.5GB", 731.2e6),  # podman's decimal ones
         ("512kB / 1GB", 512e3),
-        ("0B / 0B", 0.0),
+        ("0B / 23.47GiB", 0.0),
+        ("0B / 0B", None),  # Docker 20.10's figure for a sample it had not taken
+        ("1GiB / --", None),
         ("-- / --", None),  # a stopped container
         ("1.5 XB / 2GiB", None),
         ("1.5GiB", None),
@@ -342,6 +356,21 @@ def test_a_memory_bound_passes_the_engines_figure_into_the_container(tmp_path: P
     assert f"--memory-usage=1.5GiB / 23.47GiB --memory-max-bytes={2**30}" in argv, argv
     run_tick(tmp_path, "host-b", True)
     assert "--memory-usage" not in (tmp_path / "host-b" / "exec.argv").read_text()
+
+
+def test_a_figure_the_engine_had_not_sampled_is_asked_again(tmp_path: Path) -> None:
+    """CI-I: Docker 20.10 printed "0B / 0B" for the running server, and a 1 MiB bound passed.
+    No limit is 0: the host asks again, a second apart, three times in all, and hands on the
+    first real figure; three such answers reach the container, which reads them as unread."""
+    unsampled = "0B / 0B"
+    code, said, _ = run_tick(tmp_path, "host-a", True, "--memory-max-bytes", str(2**30),
+                             stats=[unsampled, "1.5GiB / 23.47GiB"])  # fmt: skip
+    assert code == 0, said
+    assert "--memory-usage=1.5GiB / 23.47GiB " in exec_argv(tmp_path, "host-a")
+    assert len((tmp_path / "host-a" / "stats.calls").read_text().splitlines()) == 2
+    run_tick(tmp_path, "host-b", True, "--memory-max-bytes", str(2**30), stats=[unsampled])
+    assert f"--memory-usage={unsampled} " in exec_argv(tmp_path, "host-b")
+    assert len((tmp_path / "host-b" / "stats.calls").read_text().splitlines()) == 3
 
 
 def test_the_container_fails_memory_above_its_bound_and_renders_the_figure() -> None:

@@ -82,17 +82,27 @@ def write_atomically(path: Path, text: str) -> None:
         raise
 
 
-def memory_usage(args: argparse.Namespace) -> str:
+def memory_usage(args: argparse.Namespace, tries: int = 3) -> str:
     """`docker stats`' "USED / LIMIT" for the container as the engine printed it (its first
     200 characters; "" where it gave none): the container's checks read the figure, with the
-    one size grammar sglx has (sglx_core.sizes), and an unread one restarts nothing."""
+    one size grammar sglx has (sglx_core.sizes), and an unread one restarts nothing.
+    Docker 20.10 prints "0B / 0B" for a running container now and then, a sample it had not
+    taken (no limit is 0): that figure is asked again, a second apart, `tries` times in all."""
     argv = [args.docker, "stats", "--no-stream", "--format", "{{.MemUsage}}", args.container]
-    try:
-        done = subprocess.run(argv, capture_output=True, timeout=60, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
-    said = done.stdout[:200].decode(errors="replace").strip()
-    return said if done.returncode == 0 and said.isprintable() else ""
+    said = ""
+    for attempt in range(tries):
+        if attempt:
+            time.sleep(1)
+        try:
+            done = subprocess.run(argv, capture_output=True, timeout=60, check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            return ""
+        said = done.stdout[:200].decode(errors="replace").strip()
+        if done.returncode != 0 or not said.isprintable():
+            return ""
+        if said.replace(" ", "").partition("/")[2] not in ("0B", "0"):
+            break
+    return said
 
 
 def last_speed(args: argparse.Namespace, previous: Any) -> float | None:
