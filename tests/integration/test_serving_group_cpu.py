@@ -1,6 +1,6 @@
 """A serving group that spans hosts, on the cpu platform: two containers from the cpu image on
 the host network stand in for two hosts (`--tp 2 --nnodes 2`, sglang's own multi-node tensor
-parallelism over gloo on 127.0.0.1).
+parallelism over gloo on 127.0.0.1, and `--pp-size 2 --nnodes 2`, a pipeline stage a node).
 
 - The group serves a completion whose greedy tokens equal the single-rank server's. The cpu
   profile keeps float32 weights; a two-way all-reduce of float32 partial sums can still round
@@ -80,19 +80,23 @@ def _same_greedy_tokens(single: dict[str, Any], group: dict[str, Any]) -> None:
 
 
 def _group(
-    port: int, dist: int, extra: list[list[str]], binds: list[str]
+    port: int,
+    dist: int,
+    extra: list[list[str]],
+    binds: list[str],
+    split: tuple[str, ...] = ("--tp", "2"),
 ) -> list[tuple[list[str], dict[str, str]]]:
     return [
-        (["--tp", "2", "--nnodes", "2", "--node-rank", str(rank), "--dist-init-addr",
+        ([*split, "--nnodes", "2", "--node-rank", str(rank), "--dist-init-addr",
           f"127.0.0.1:{dist}", "--port", str(port + rank), "--random-seed", "7", *extra[rank]],
          {"SGLANG_CPU_OMP_THREADS_BIND": binds[rank]})
         for rank in (0, 1)
     ]  # fmt: skip
 
 
-def test_two_nodes_serve_the_single_rank_tokens(
-    docker: Any, cpu_image: dict[str, Any], run_id: str, tmp_path: Path
-) -> None:
+@pytest.fixture(scope="module")
+def reference(docker: Any, cpu_image: dict[str, Any], run_id: str) -> dict[str, Any]:
+    """The single-rank server's completion, which every group must serve."""
     port = free_port()
     with servers(
         docker, cpu_image["tag"], [(["--port", str(port)], {})], f"sglx-test-{run_id}-single"
@@ -102,7 +106,35 @@ def test_two_nodes_serve_the_single_rank_tokens(
             timeout=600,
             alive=lambda: docker.containers.get(single.id).status == "running",
         )
-        reference = _completion(port)
+        return _completion(port)
+
+
+def test_two_pipeline_stages_on_two_nodes_serve_the_single_rank_tokens(
+    docker: Any, cpu_image: dict[str, Any], run_id: str, reference: dict[str, Any]
+) -> None:
+    """Seed S0-25's fix where GPUs share no fast link, and S4-81's pipeline parallelism: one
+    stage on each node (`--pp-size 2 --nnodes 2`, the demo model's two layers one a node). The
+    group serves the single rank's greedy tokens; each node's sglx-serve sized its devices by
+    its stage (the capacity line names the split), and the plugin's rank check formed the
+    group."""
+    port, dist = free_port(), free_port()
+    nodes = _group(port, dist, [[], []], ["0", "1"], split=("--pp-size", "2"))
+    with servers(docker, cpu_image["tag"], nodes, f"sglx-test-{run_id}-stages") as group:
+        wait_healthy(
+            f"http://127.0.0.1:{port}",
+            timeout=600,
+            alive=lambda: all(docker.containers.get(c.id).status == "running" for c in group),
+        )
+        _same_greedy_tokens(reference, _completion(port))
+        logs = [c.logs().decode(errors="replace") for c in group]
+    for log in logs:
+        assert "At --tp 1 --pp-size 2 (the largest stage holds 1 of 2 layers), each " in log, log
+    assert "2 ranks agree on their configuration" in logs[1], logs[1]
+
+
+def test_two_nodes_serve_the_single_rank_tokens(
+    docker: Any, cpu_image: dict[str, Any], run_id: str, tmp_path: Path, reference: dict[str, Any]
+) -> None:
     port, dist = free_port(), free_port()
     # Per-node bindings differ (core 0 and core 1), and so do the run ids sglang generates.
     nodes = _group(port, dist, [[], []], ["0", "1"])

@@ -8,7 +8,13 @@ import pytest
 from helpers.model_configs import MODELS, config
 
 from sglx_core.errors import SglxError
-from sglx_core.serving.capacity import Capacity, check, kv_bytes_per_token, reserve
+from sglx_core.serving.capacity import (
+    Capacity,
+    check,
+    kv_bytes_per_token,
+    reserve,
+    stage_layers,
+)
 from sglx_core.serving.model import ModelShape, model_from_config
 
 GIB = 1 << 30
@@ -256,3 +262,80 @@ def test_decode_context_parallelism_is_no_fix_where_tp_already_splits_the_kv_hea
     qwen = run(shape("qwen2.5-0.5b"), tp=4, memory_bytes=2 * GIB, concurrency=8,
                dcp_allowed=True)  # fmt: skip
     assert any(fix.startswith("Use --dcp-size 2 with --tp 4") for fix in qwen.fixes), qwen.fixes
+
+
+# --- pipeline parallelism: a device holds its stage's layers -------------------------------
+
+
+@pytest.mark.parametrize(
+    ("layers", "pp", "partition", "largest"),
+    [
+        (80, 1, None, 80),
+        (80, 2, None, 40),
+        (61, 4, None, 16),  # 15, 15, 15, 16: the last stages take the one left over
+        (32, 3, None, 11),  # 10, 11, 11
+        (2, 2, None, 1),  # the demo model, one layer a stage
+        (61, 3, "20,20,21", 21),
+        (61, 3, "30,16,15", 30),
+        (80, 1, "garbage", 80),  # one stage: sglang ignores the partition
+    ],
+)
+def test_the_largest_stage_is_sglangs_split(
+    layers: int, pp: int, partition: str | None, largest: int
+) -> None:
+    """sglang 0.5.23's get_pp_indices (srt/distributed/utils.py): even, the remainder on the
+    last stages, or SGLANG_PP_LAYER_PARTITION's counts."""
+    assert stage_layers(layers, pp, partition) == largest
+
+
+@pytest.mark.parametrize(
+    ("layers", "pp", "partition", "named"),
+    [
+        (80, 0, None, "--pp-size is 0; it must be at least 1"),
+        (2, 4, None, "--pp-size is 4; it must be at most the model's 2 layers"),
+        (61, 3, "20,20", "does not split the model's 61 layers into 3 stages"),
+        (61, 3, "20,20,20", "does not split"),
+        (61, 3, "30,31,0", "does not split"),
+        (61, 3, "a,b,c", "does not split"),
+    ],
+)
+def test_a_split_sglang_refuses_is_refused_naming_it(
+    layers: int, pp: int, partition: str | None, named: str
+) -> None:
+    with pytest.raises(SglxError) as refused:
+        stage_layers(layers, pp, partition)
+    assert named in str(refused.value), str(refused.value)
+    if partition:
+        assert "20,20,21" in (refused.value.hint or "")
+
+
+def test_70b_at_128k_fits_one_mi300x_per_stage_with_two_pipeline_stages() -> None:
+    """Seed S0-25's fix where GPUs share no xGMI: --pp-size at the PCIe (or host) boundary.
+    Each of the two stages holds 40 of the 80 layers: half the weights and half the KV bytes
+    per token on each device, so what --tp 1 refuses fits."""
+    model = shape("llama-3.1-70b")
+    one = run(model)
+    two = run(model, pp=2)
+    assert not one.fits and two.fits
+    assert two.weights_bytes_per_device == -(-model.weight_bytes * 40 // 80)
+    assert two.kv_bytes_per_token == 2 * 40 * 8 * 128 * 2 == one.kv_bytes_per_token // 2
+    assert two.summary().startswith(
+        "At --tp 1 --pp-size 2 (the largest stage holds 40 of 80 layers), each device has"
+    )
+    assert one.summary().startswith("At --tp 1, each device has")
+    # With TP inside each stage, both divide: 4 x 2 ranks hold a 16th of the KV heads' bytes.
+    both = run(model, tp=4, pp=2)
+    assert both.kv_bytes_per_token == 2 * 40 * 2 * 128 * 2
+    assert both.weights_bytes_per_device == -(-model.weight_bytes * 40 // (80 * 4))
+    # A shorter context's fix names the stages it was measured at.
+    tight = run(model, pp=2, concurrency=64)
+    assert not tight.fits
+    assert any(f.endswith("left at --tp 1 --pp-size 2.") for f in tight.fixes), tight.fixes
+
+
+def test_an_uneven_split_is_sized_by_its_largest_stage() -> None:
+    model = shape("llama-3.1-8b")  # 32 layers at --pp-size 3: 10, 11, 11
+    assert run(model, pp=3).kv_bytes_per_token == 2 * 11 * 8 * 128 * 2
+    partitioned = run(model, pp=3, pp_partition="16,8,8")
+    assert partitioned.kv_bytes_per_token == 2 * 16 * 8 * 128 * 2
+    assert partitioned.stage_layers == 16

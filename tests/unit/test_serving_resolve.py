@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from helpers import model_configs
 
+from sglx_core.errors import SglxError
 from sglx_core.profile import load_profile
 from sglx_core.serving.hardware import Accelerators
 from sglx_core.serving.model import model_from_config
@@ -137,3 +138,21 @@ def test_decode_context_parallelism_is_offered_where_the_profile_says_sglang_ser
     assert not any("--dcp-size" in f for f in forced.capacity.fixes)
     assert load_profile("cpu").serving.decode_context_parallel is None
     assert load_profile("kunlun").serving.decode_context_parallel is None
+
+
+def test_pipeline_stages_and_their_split_reach_the_capacity_check() -> None:
+    """`--pp-size` (or its alias `--pipeline-parallel-size`) and the container's
+    SGLANG_PP_LAYER_PARTITION size the check by the largest stage; a partition sglang would
+    refuse is refused before the start, naming it."""
+    profile = load_profile("gfx942")
+    shape = model_from_config(model_configs.config("llama-3.1-70b"))
+    chosen = choose(profile, MI300X_8, shape)
+    for flag in ("--pp-size", "--pipeline-parallel-size"):
+        capacity = resolve(profile, chosen, [flag, "2"], {}, shape, MI300X_8).capacity
+        assert capacity is not None and (capacity.pp, capacity.stage_layers) == (2, 40)
+    split = {"SGLANG_PP_LAYER_PARTITION": "50,30"}
+    capacity = resolve(profile, chosen, ["--pp-size", "2"], split, shape, MI300X_8).capacity
+    assert capacity is not None and capacity.stage_layers == 50
+    with pytest.raises(SglxError, match="does not split the model's 80 layers into 2 stages"):
+        resolve(profile, chosen, ["--pp-size", "2"], {"SGLANG_PP_LAYER_PARTITION": "40"}, shape,
+                MI300X_8)  # fmt: skip

@@ -60,7 +60,7 @@ def test_expected_profile(hosts: dict[str, Accelerators], host: str, model: str)
             choose(profile, hosts[host], shape)
         message = str(raised.value)
         assert "no serving profile of gfx1151 can run this model on 1x Strix-Halo" in message
-        assert "gfx1151-apu: low_memory: the model does not fit at TP 1: needs" in message
+        assert "gfx1151-apu: low_memory: the model does not fit at --tp 1: needs" in message
         assert "this host has 96.0 GiB" in message
         assert "a larger TP, a shorter --context-length" in message
     else:

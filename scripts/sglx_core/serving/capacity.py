@@ -13,10 +13,17 @@ or CUDA context alone is about 0.5 GiB, RCCL/NCCL buffers a few hundred MiB more
 The numbers are per device:
 - weights: the checkpoint's bytes / TP. Embeddings, norms and (for MLA) parts of attention are
   replicated on every rank, so this is a lower bound; the reserve absorbs the difference.
+  With pipeline parallelism (`--pp-size`), a device holds its stage's share: the bytes times
+  the largest stage's layers over all layers. sglang splits the layers evenly, the last stages
+  taking one more each where they do not divide (`get_pp_indices`,
+  sglang/srt/distributed/utils.py), or as `SGLANG_PP_LAYER_PARTITION` lists them; the first
+  stage's embedding and the last one's head are left to the reserve, as TP's replicas are.
 - KV bytes per token, as sglang's `_compute_cell_size` (model_executor/pool_configurator.py):
   standard attention stores K and V for `max(1, kv_heads // tp)` heads per rank
   (`ModelConfig.get_num_kv_heads`: heads split across TP ranks, replicated when TP exceeds
-  them) x head_dim x layers x dtype bytes. MLA (DeepSeek-V2/V3) stores one latent of
+  them) x head_dim x layers x dtype bytes, the layers being the stage's under PP (the pool
+  holds its own stage's layers: `layer_info.num_effective_layers`,
+  model_executor/pool_configurator.py). MLA (DeepSeek-V2/V3) stores one latent of
   `kv_lora_rank + qk_rope_head_dim` per token per layer (`MLATokenToKVPool.kv_cache_dim`,
   sglang/srt/mem_cache/memory_pool.py) on every TP rank: the latent is not split by TP.
 - tokens needed: the context rounded up to whole pages, times the requests that must each hold
@@ -53,6 +60,33 @@ MAX_TP_SUGGESTED = 64
 """Largest TP a fix names when this host has too few devices (a bigger host of the fleet)."""
 
 
+def stage_layers(layers: int, pp: int, partition: str | None = None) -> int:
+    """The layers of the largest of `pp` pipeline stages, as sglang splits `layers`: evenly,
+    the last `layers % pp` stages one more (`get_pp_indices`), or as `partition`
+    (`SGLANG_PP_LAYER_PARTITION`, comma-separated counts, one per stage) says. Raises SglxError
+    where sglang would refuse the split."""
+    _require(pp >= 1, "--pp-size", pp, "at least 1")
+    _require(pp <= layers, "--pp-size", pp, f"at most the model's {layers} layers")
+    if pp == 1:
+        return layers  # sglang ignores the partition for one stage
+    if partition is None:
+        return -(-layers // pp)
+    try:
+        counts = [int(count) for count in partition.split(",")]
+    except ValueError:
+        counts = []
+    if len(counts) != pp or sum(counts) != layers or min(counts) < 1:
+        raise SglxError(
+            f"SGLANG_PP_LAYER_PARTITION={partition[:200]!r} does not split the model's {layers} "
+            f"layers into {pp} stages",
+            hint=f"give {pp} positive counts that add up to {layers}, such as "
+            f"{','.join(str(layers // pp + (i >= pp - layers % pp)) for i in range(pp))}, or "
+            "unset it for sglang's even split",
+            code="usage",
+        )
+    return max(counts)
+
+
 @dataclass(frozen=True)
 class Capacity:
     """The outcome of `check`: the numbers behind it, and the fixes when it does not fit."""
@@ -70,6 +104,9 @@ class Capacity:
     concurrency: int
     fixes: tuple[str, ...]  # ordered: larger TP, shorter context, FP8 KV cache, quantization
     reserve_bytes: int = 0  # kept beside the weights (see the module docstring)
+    pp: int = 1  # pipeline stages (--pp-size)
+    stage_layers: int = 0  # the largest stage's layers (the model's, at --pp-size 1)
+    layers: int = 0  # the model's
 
     @property
     def memory_needed_bytes(self) -> int:
@@ -80,13 +117,26 @@ class Capacity:
             self.mem_fraction,
         )
 
+    @property
+    def flags(self) -> str:
+        """'--tp 8', or '--tp 4 --pp-size 2'."""
+        return f"--tp {self.tp}" + (f" --pp-size {self.pp}" if self.pp > 1 else "")
+
+    @property
+    def parallelism(self) -> str:
+        """'--tp 8', or with pipeline stages '--tp 4 --pp-size 2 (the largest stage holds 40
+        of 80 layers)'."""
+        if self.pp == 1:
+            return self.flags
+        return f"{self.flags} (the largest stage holds {self.stage_layers} of {self.layers} layers)"
+
     def summary(self) -> str:
         """One paragraph with the numbers, for refusals and logs."""
         budget = int(self.memory_bytes * self.mem_fraction)
         kv_gib = self.kv_bytes_per_token * self.tokens_needed
         verdict = "fits" if self.fits else "does not fit"
         return (
-            f"At --tp {self.tp}, each device has {_gib(self.memory_bytes)} GiB x "
+            f"At {self.parallelism}, each device has {_gib(self.memory_bytes)} GiB x "
             f"mem-fraction {self.mem_fraction:g} = {_gib(budget)} GiB: "
             f"{_gib(self.weights_bytes_per_device)} GiB of weights and "
             f"{_gib(self.reserve_bytes)} GiB of reserve leave room for {self.tokens_fit:,} "
@@ -110,9 +160,12 @@ def check(
     devices_available: int,
     fp8_kv_allowed: bool,
     dcp_allowed: bool = False,
+    pp: int = 1,
+    pp_partition: str | None = None,
 ) -> Capacity:
-    """Whether `shape` at `tp` holds `concurrency` full contexts on devices of `memory_bytes`;
-    when not, `fixes` says what would, each a sentence with its numbers."""
+    """Whether `shape` at `tp` (and `pp` pipeline stages, split as sglang splits them; see
+    `stage_layers`) holds `concurrency` full contexts on devices of `memory_bytes`; when not,
+    `fixes` says what would, each a sentence with its numbers."""
     _require(memory_bytes >= 1, "the device memory", memory_bytes, "a positive number of bytes")
     _require(tp >= 1, "--tp", tp, "at least 1")
     _require(0 < mem_fraction <= 1, "--mem-fraction-static", mem_fraction, "in (0, 1]")
@@ -120,9 +173,11 @@ def check(
     _require(context_length >= 1, "--context-length", context_length, "at least 1")
     _require(concurrency >= 1, "the concurrency", concurrency, "at least 1")
     kv_name = resolve_kv_dtype(shape, kv_dtype)
+    stage = stage_layers(shape.layers, pp, pp_partition)
     base = _evaluate(
-        shape, memory_bytes, tp, mem_fraction, kv_name, page_size, context_length, concurrency
-    )
+        shape, memory_bytes, tp, mem_fraction, kv_name, page_size, context_length, concurrency,
+        stage=(pp, stage),
+    )  # fmt: skip
     if base.fits:
         return base
     fixes = [
@@ -151,13 +206,15 @@ def resolve_kv_dtype(shape: ModelShape, kv_dtype: str) -> str:
     return "bfloat16" if kv_dtype == "bf16" else kv_dtype
 
 
-def kv_bytes_per_token(shape: ModelShape, tp: int, kv_dtype: str) -> int:
-    """KV cache bytes one token takes on one device (`kv_dtype` already resolved)."""
+def kv_bytes_per_token(shape: ModelShape, tp: int, kv_dtype: str, layers: int | None = None) -> int:
+    """KV cache bytes one token takes on one device (`kv_dtype` already resolved) holding
+    `layers` of the model's layers (all of them unless given: one pipeline stage)."""
     element = KV_DTYPE_BYTES[kv_dtype]
+    held = shape.layers if layers is None else layers
     if shape.kv_lora_rank:
-        return shape.layers * (shape.kv_lora_rank + shape.qk_rope_head_dim) * element
+        return held * (shape.kv_lora_rank + shape.qk_rope_head_dim) * element
     heads = max(1, shape.kv_heads // tp)
-    return 2 * shape.layers * heads * shape.head_dim * element
+    return 2 * held * heads * shape.head_dim * element
 
 
 def reserve(memory_bytes: int) -> int:
@@ -187,11 +244,14 @@ def _evaluate(
     concurrency: int,
     weight_bytes: int | None = None,
     dcp: int = 1,
+    stage: tuple[int, int] = (1, 0),
 ) -> Capacity:
-    weights = -(-(shape.weight_bytes if weight_bytes is None else weight_bytes) // tp)
+    pp, layers = stage if stage[0] > 1 else (1, shape.layers)  # (stages, the largest's layers)
+    total = shape.weight_bytes if weight_bytes is None else weight_bytes
+    weights = -(-total * layers // (shape.layers * tp))
     # Decode context parallelism: the `dcp` ranks of a group hold the heads of TP tp/dcp and
     # split the tokens (sglang's ModelConfig.get_num_kv_heads(tp, dcp)).
-    per_token = -(-kv_bytes_per_token(shape, tp // dcp, kv_dtype) // dcp)
+    per_token = -(-kv_bytes_per_token(shape, tp // dcp, kv_dtype, layers) // dcp)
     kept = reserve(memory_bytes)
     usable = int(memory_bytes * mem_fraction) - weights - kept
     tokens_fit = max(0, usable // per_token)
@@ -210,6 +270,9 @@ def _evaluate(
         concurrency=concurrency,
         fixes=(),
         reserve_bytes=kept,
+        pp=pp,
+        stage_layers=layers,
+        layers=shape.layers,
     )
 
 
@@ -235,6 +298,7 @@ def _again(
         base.concurrency,
         weight_bytes,
         dcp,
+        (base.pp, base.stage_layers),
     )
 
 
@@ -273,7 +337,7 @@ def _shorter_context(base: Capacity, page_size: int) -> str:
     return (
         f"Use --context-length {context}: {_requests(base.concurrency)} of that length "
         f"{'needs' if base.concurrency == 1 else 'need'} {context * base.concurrency:,} of "
-        f"the {base.tokens_fit:,} tokens of KV cache left at --tp {base.tp}."
+        f"the {base.tokens_fit:,} tokens of KV cache left at {base.flags}."
     )
 
 

@@ -35,7 +35,10 @@ SGLANG_DEFAULTS: Mapping[str, Any] = {
     "kv_cache_dtype": "auto",
     "mem_fraction_static": 0.9,
     "tp_size": 1,
+    "pp_size": 1,
 }
+# How sglang splits the layers over pipeline stages, when set (srt/distributed/utils.py).
+PP_PARTITION_ENV = "SGLANG_PP_LAYER_PARTITION"
 # The FP8 KV cache the capacity check proposes as a fix, when the arch's rules allow it.
 FP8_KV = "fp8_e4m3"
 SHORT_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
@@ -104,6 +107,8 @@ def capacity_for(
         shape = replace(shape, weight_bytes=shape.weight_bytes * 2)
     tp_value = setting(profile, serving, "tp_size", user)
     tp = 1 if tp_value is None else int(tp_value)  # --tp 0 is refused by check(), not TP 1
+    pp_value = setting(profile, serving, "pp_size", user)
+    pp = 1 if pp_value is None else int(pp_value)
     context = shape.max_position_embeddings
     if user and "context_length" in user:
         context = int(user["context_length"])
@@ -134,6 +139,8 @@ def capacity_for(
         devices_available=hw.count,
         fp8_kv_allowed=fp8_kv_allowed(profile),
         dcp_allowed=_dcp_serves(profile, backend),
+        pp=pp,
+        pp_partition=(environ or {}).get(PP_PARTITION_ENV),
     )
 
 
@@ -220,7 +227,7 @@ def candidates(
         else:
             needed = _memory_needed(capacity)
             reason = (
-                f"the model does not fit at TP {capacity.tp}: needs {needed / GIB:.1f} GiB per "
+                f"the model does not fit at {capacity.flags}: needs {needed / GIB:.1f} GiB per "
                 f"device, this host has {capacity.memory_bytes / GIB:.1f} GiB"
             )
             found.append(Candidate(name, "low_memory", reason, needed, serving))
