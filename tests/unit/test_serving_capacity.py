@@ -339,3 +339,23 @@ def test_an_uneven_split_is_sized_by_its_largest_stage() -> None:
     partitioned = run(model, pp=3, pp_partition="16,8,8")
     assert partitioned.kv_bytes_per_token == 2 * 16 * 8 * 128 * 2
     assert partitioned.stage_layers == 16
+
+
+def test_where_no_tp_on_the_host_holds_it_stages_over_hosts_are_offered() -> None:
+    """A 96 GiB APU (gfx1151, one device) cannot hold 70B in bf16, and no TP on it can: the
+    fixes name a bigger host's TP, then two stages over two such hosts (a serving group of
+    one stage each), which holds it; a host where a larger TP fits is offered no stages."""
+    model = shape("llama-3.1-70b")
+    apu = {"memory_bytes": 96 * GIB, "devices_available": 1, "context_length": 8192}
+    result = run(model, **apu)
+    assert not result.fits
+    tp, stages = result.fixes[:2]
+    assert tp.startswith("Use --tp 2 (this needs a host with 2 devices; this one has 1)")
+    assert stages.startswith(
+        "Use --pp-size 2 with --tp 1 (over 2 hosts of 1 device, --nnodes 2): the largest stage "
+        "holds 40 of 80 layers, each device 65.7 GiB of weights and room for "
+    ), stages
+    assert stages.endswith("enough for the 8,192 needed."), stages
+    assert run(model, pp=2, **apu).fits
+    # On a host of eight MI300X a larger TP fits there: no stages are offered.
+    assert not any("--pp-size" in fix for fix in run(model).fixes)

@@ -58,6 +58,8 @@ FP8_KV = ("fp8_e4m3", "fp8_e5m2", "mxfp8")
 
 MAX_TP_SUGGESTED = 64
 """Largest TP a fix names when this host has too few devices (a bigger host of the fleet)."""
+MAX_PP_SUGGESTED = 16
+"""Most pipeline stages a fix names (hosts of a serving group, one stage each)."""
 
 
 def stage_layers(layers: int, pp: int, partition: str | None = None) -> int:
@@ -102,7 +104,8 @@ class Capacity:
     tokens_needed: int  # context_length (rounded up to whole pages) * concurrency
     context_length: int
     concurrency: int
-    fixes: tuple[str, ...]  # ordered: larger TP, shorter context, FP8 KV cache, quantization
+    fixes: tuple[str, ...]  # ordered: larger TP, pipeline stages, shorter context, FP8 KV
+    # cache, quantization
     reserve_bytes: int = 0  # kept beside the weights (see the module docstring)
     pp: int = 1  # pipeline stages (--pp-size)
     stage_layers: int = 0  # the largest stage's layers (the model's, at --pp-size 1)
@@ -180,10 +183,11 @@ def check(
     )  # fmt: skip
     if base.fits:
         return base
-    fixes = [
-        _larger_tp(base, shape, devices_available, page_size),
-        _shorter_context(base, page_size),
-    ]
+    larger_tp, tp_here = _larger_tp(base, shape, devices_available, page_size)
+    fixes = [larger_tp]
+    if not tp_here:  # no TP on this host holds it: stages over hosts may
+        fixes.append(_pipeline_stages(base, shape, devices_available, page_size))
+    fixes.append(_shorter_context(base, page_size))
     if dcp_allowed:
         fixes.append(_decode_context_parallel(base, shape, page_size))
     if fp8_kv_allowed and kv_name not in FP8_KV and base.tokens_fit > 0:
@@ -285,6 +289,7 @@ def _again(
     kv_dtype: str | None = None,
     weight_bytes: int | None = None,
     dcp: int = 1,
+    stage: tuple[int, int] | None = None,
 ) -> Capacity:
     """`base` evaluated again with one thing changed (no fixes)."""
     return _evaluate(
@@ -298,14 +303,16 @@ def _again(
         base.concurrency,
         weight_bytes,
         dcp,
-        (base.pp, base.stage_layers),
+        (base.pp, base.stage_layers) if stage is None else stage,
     )
 
 
-def _larger_tp(base: Capacity, shape: ModelShape, devices: int, page_size: int) -> str:
+def _larger_tp(
+    base: Capacity, shape: ModelShape, devices: int, page_size: int
+) -> tuple[str, bool]:
     """The smallest power-of-two TP above the current one that fits: on this host when it has
-    the devices, else on a larger host (up to MAX_TP_SUGGESTED). TP must divide the attention
-    heads (sglang shards them evenly)."""
+    the devices, else on a larger host (up to MAX_TP_SUGGESTED), and whether it is this host.
+    TP must divide the attention heads (sglang shards them evenly)."""
     tp = base.tp * 2
     while tp <= MAX_TP_SUGGESTED:
         if shape.attention_heads % tp == 0:
@@ -319,9 +326,35 @@ def _larger_tp(base: Capacity, shape: ModelShape, devices: int, page_size: int) 
                 return (
                     f"Use --tp {tp} ({where}): each device then holds "
                     f"{_gib(at.weights_bytes_per_device)} GiB of weights and room for "
-                    f"{at.tokens_fit:,} tokens, enough for the {at.tokens_needed:,} needed."
+                    f"{at.tokens_fit:,} tokens, enough for the {at.tokens_needed:,} needed.",
+                    tp <= devices,
                 )
         tp *= 2
+    return "", False
+
+
+def _pipeline_stages(base: Capacity, shape: ModelShape, devices: int, page_size: int) -> str:
+    """The fewest pipeline stages (a power of two, at most the layers) that fit at this TP:
+    where no TP on this host holds the model, its layers split over the hosts of a serving
+    group, one stage each (seed S0-25's PP where devices share no fast link; an APU host)."""
+    pp = base.pp * 2
+    while pp <= min(MAX_PP_SUGGESTED, shape.layers):
+        at = _again(base, shape, page_size, stage=(pp, stage_layers(shape.layers, pp)))
+        if at.fits:
+            ranks = base.tp * pp
+            where = (
+                f"{ranks} of this host's {devices} devices"
+                if ranks <= devices
+                else f"over {-(-ranks // devices)} hosts of {_devices(devices)}, --nnodes "
+                f"{-(-ranks // devices)}"
+            )
+            return (
+                f"Use --pp-size {pp} with --tp {base.tp} ({where}): the largest stage holds "
+                f"{at.stage_layers} of {shape.layers} layers, each device "
+                f"{_gib(at.weights_bytes_per_device)} GiB of weights and room for "
+                f"{at.tokens_fit:,} tokens, enough for the {at.tokens_needed:,} needed."
+            )
+        pp *= 2
     return ""
 
 
@@ -388,6 +421,10 @@ def _quantize(base: Capacity, shape: ModelShape, page_size: int) -> str:
         f"instead of {_gib(base.weights_bytes_per_device)} GiB, room for {at.tokens_fit:,} "
         f"tokens, {outcome} the {at.tokens_needed:,} needed."
     )
+
+
+def _devices(count: int) -> str:
+    return f"{count} device" + ("" if count == 1 else "s")
 
 
 def _require(ok: bool, name: str, value: object, expected: str) -> None:
