@@ -200,7 +200,9 @@ def load_base(
     present = _image_ids(client)
     progress(f"loading {archive.name} ({info.kind}) into the engine")
     image = _load(client, info)
-    if profile is not None and pinned and image.id != pinned:
+    # The classic store and podman name the image by its config digest, the containerd store
+    # by its manifest's (sglx.image_identity): the pin holds when the engine names either.
+    if profile is not None and pinned and image.id not in (pinned, info.manifest_digest):
         removed = _remove_unless_present_before(client, image.id, present)
         raise _not_the_pinned_base(f"loaded image {image.id}{removed}", profile)
     tags = (tag,) if tag else info.repo_tags
@@ -216,6 +218,7 @@ def load_base(
             "sha256": actual,
             "kind": info.kind,
             "predicted_id": info.image_id,
+            "predicted_manifest_digest": info.manifest_digest,
         },
         tables=(
             Table(

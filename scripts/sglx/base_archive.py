@@ -6,9 +6,12 @@ anything that is not a plain image archive (member paths that are absolute or ho
 links leading out of it, device files, duplicate names, too many members, JSON documents over
 `MAX_JSON_BYTES`, manifests or indexes of the wrong shape, blobs whose size or digest disagree
 with their descriptor) and predicts the image id (the sha256 of the config), so a pinned digest
-is checked before anything is loaded. `docker_archive_stream` then feeds the engine the checked
-members, each compared again with what `inspect_archive` saw, and a manifest.json of sglx's own
-with no tags: the engine tags nothing, and `sglx base load` tags only what it verified.
+is checked before anything is loaded, and the manifest digest Docker's containerd image store
+names the image by instead (the manifest `index.json` names, which must lead to the same
+config, or for Docker 20.10's archive the one that store writes on loading it).
+`docker_archive_stream` then feeds the engine the checked members, each compared again with
+what `inspect_archive` saw, and a manifest.json of sglx's own with no tags: the engine tags
+nothing, and `sglx base load` tags only what it verified.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Literal, TypeGuard
 
+from sglx.image_identity import digest_of, imported_manifest
 from sglx_core.digests import HEX64
 from sglx_core.errors import SglxError
 from sglx_core.hashing import CHUNK
@@ -38,6 +42,8 @@ from sglx_core.untrusted import parse_json
 MAX_MEMBERS = 10_000
 MAX_LAYERS = 500
 MAX_JSON_BYTES = 1 << 20
+MAX_INDEX_DEPTH = 2  # an image index of manifests; deeper nesting is refused
+MAX_INDEX_ENTRIES = 64  # manifests of one index that are read
 MAX_SIDECAR_BYTES = 64 << 10
 OCI_INDEX_TYPES = (
     "application/vnd.oci.image.index.v1+json",
@@ -70,6 +76,7 @@ class ImageArchive:
     path: Path
     kind: Kind
     image_id: str  # sha256:<digest of the config>, the id a classic engine gives the image
+    manifest_digest: str | None  # the id the containerd image store gives it (None: unknown)
     config: str
     layers: tuple[str, ...]
     repo_tags: tuple[str, ...]  # the tags the archive asks for, each a valid reference
@@ -376,11 +383,21 @@ def _docker_archive(
     layer_members = tuple(_regular(archive, members, layer, "layer") for layer in layers)
     config_member = _regular(archive, members, config, "config")
     document, data = _read_json(archive, tar, members, config_member, "config")
-    _check_config(archive, document, len(layers))
+    diff_ids = _check_config(archive, document, len(layers))
+    image_id = "sha256:" + hashlib.sha256(data).hexdigest()
+    manifest_digest: str | None
+    if "index.json" in members:  # Docker 25+ writes both; the containerd store reads the index
+        manifest_digest = _indexed_digest(archive, tar, members, image_id)
+    else:
+        sizes = [members[name].size for name in layer_members]
+        manifest_digest = digest_of(
+            imported_manifest((image_id, len(data)), list(zip(diff_ids, sizes, strict=True)))
+        )
     return ImageArchive(
         path=archive,
         kind="docker-archive",
-        image_id="sha256:" + hashlib.sha256(data).hexdigest(),
+        image_id=image_id,
+        manifest_digest=manifest_digest,
         config=config_member,
         layers=layer_members,
         repo_tags=tuple(check_reference(t, f"{archive}: RepoTags") for t in tags or ()),
@@ -388,7 +405,8 @@ def _docker_archive(
     )
 
 
-def _check_config(archive: Path, document: Any, layers: int) -> None:
+def _check_config(archive: Path, document: Any, layers: int) -> list[str]:
+    """The config's rootfs.diff_ids, one per layer."""
     rootfs = document.get("rootfs") if isinstance(document, dict) else None
     diff_ids = rootfs.get("diff_ids") if isinstance(rootfs, dict) else None
     if not _string_list(diff_ids):
@@ -398,6 +416,40 @@ def _check_config(archive: Path, document: Any, layers: int) -> None:
             archive,
             f"the image config names {len(diff_ids)} layers but the manifest {layers}",
         )
+    return diff_ids
+
+
+def _indexed_digest(
+    archive: Path, tar: tarfile.TarFile, members: dict[str, tarfile.TarInfo], image_id: str
+) -> str | None:
+    """The digest `index.json` names beside a docker-archive's manifest.json (Docker 25+),
+    which the containerd store names the image by, once it is shown to lead to the config
+    manifest.json names (through an image index, for a multi-platform image, at most
+    MAX_INDEX_DEPTH deep); None where index.json names no one image."""
+    index, _ = _read_json(archive, tar, members, "index.json", "index")
+    manifests = index.get("manifests") if isinstance(index, dict) else None
+    if not isinstance(manifests, list) or len(manifests) != 1:
+        return None
+    top = _descriptor(archive, manifests[0], "index.json manifests[0]")
+    pending, depth = [top], 0
+    while pending and depth <= MAX_INDEX_DEPTH:
+        following = []
+        for descriptor in pending[:MAX_INDEX_ENTRIES]:
+            document = _digested_json(archive, tar, members, descriptor, "index.json's image")
+            if not isinstance(document, dict):
+                continue
+            if descriptor[0] in OCI_INDEX_TYPES or "manifests" in document:
+                entries = document.get("manifests")
+                for i, entry in enumerate(entries if isinstance(entries, list) else []):
+                    found = _descriptor(archive, entry, f"index manifests[{i}]")
+                    if f"blobs/sha256/{found[2]}" in members:  # other platforms are not saved
+                        following.append(found)
+            elif _descriptor(archive, document.get("config"), "manifest config")[2] == (
+                image_id.removeprefix("sha256:")
+            ):
+                return f"sha256:{top[2]}"
+        pending, depth = following, depth + 1
+    raise _invalid(archive, "index.json and manifest.json name different images")
 
 
 def _descriptor(archive: Path, value: Any, where: str) -> tuple[str, int, str]:
@@ -485,6 +537,7 @@ def _oci_layout(
         path=archive,
         kind="oci-layout",
         image_id=f"sha256:{config[2]}",
+        manifest_digest=f"sha256:{descriptor[2]}",
         config=f"blobs/sha256/{config[2]}",
         layers=tuple(layer_members),
         repo_tags=() if tag or ref is None else (check_reference(ref, f"{archive}: ref name"),),

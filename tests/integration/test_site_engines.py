@@ -16,6 +16,7 @@ anything is loaded, and a delta on podman, which loads only whole archives.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -28,6 +29,7 @@ import pytest
 from _pytest.outcomes import Failed
 from helpers.ansible_play import ansible_playbook
 from helpers.bundles import child_image, import_tiny_image
+from helpers.images_copy import copy_images, edit_yaml
 from helpers.site_engines import DOCKER_VERSION, KINDS, SiteEngine, engine_image, site_engine
 
 from sglx.bundle.manifest import dump, parse, render_sums, sha256_bytes
@@ -158,6 +160,63 @@ def test_sglx_bundle_install_through_the_sites_socket(copy_of: Path, site: SiteE
     again = sglx(*args, "--json", host=site.host)
     assert again.returncode == 0, again.stdout + again.stderr
     assert json.loads(again.stdout)["data"]["steps"]["image"]["status"] == "skipped"
+
+
+def test_sglx_base_load_reads_the_sites_save_and_loads_through_its_socket(
+    copy_of: Path,
+    site: SiteEngine,
+    tiny: dict[str, str],
+    docker: Any,
+    run_id: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A base carried in from a site's engine: `sglx base load` checks and loads what that
+    engine's own `save` wrote (Docker 28's OCI layout on either store, podman's archive) into
+    this machine's Docker 20.10, predicting the config digest it gets; and it loads 20.10's
+    save into the site's engine through its socket, pinned (`--arch` with the profile's
+    base.digest the tiny image's config digest), which holds it under its own id for it: the
+    manifest digest on the containerd store, predicted from the archive. Each is tagged."""
+    images = copy_images(tmp_path / "images")
+    edit_yaml(images / "cpu" / "arch.yaml", {"base": {"digest": tiny["id"]}})
+    monkeypatch.setenv("SGLX_IMAGES_DIR", str(images))
+    installed = sglx("bundle", "install", str(copy_of), "--no-scan", "--state",
+                     str(site.shared / "state"), "-q", host=site.host)  # fmt: skip
+    assert installed.returncode == 0, installed.stderr
+    ref = json.loads((copy_of / "bundle.json").read_text())["image"]["ref"]
+    saved = site.shared / "saved-there.tar"
+    site.sh(f'{site.cli} save -o "$1" "$2"', str(saved), ref, check=True)
+    tag = f"sglx-test/engines-base-load:{run_id}"
+    try:
+        here = sglx("base", "load", str(saved), "--tag", tag, "--json",
+                    "--sha256", hashlib.sha256(saved.read_bytes()).hexdigest())  # fmt: skip
+        assert here.returncode == 0, here.stdout + here.stderr
+        data = json.loads(here.stdout)["data"]
+        assert data["predicted_id"] == data["id"] == tiny["id"], data
+        assert docker.images.get(tag).id == tiny["id"]
+
+        ours = site.shared / "saved-here.tar"
+        with ours.open("wb") as out:
+            for block in docker.images.get(tiny["id"]).save(named=False):
+                out.write(block)
+        there = sglx("base", "load", str(ours), "--tag", tag, "--json", "--arch", "cpu",
+                     "--sha256", hashlib.sha256(ours.read_bytes()).hexdigest(),
+                     host=site.host)  # fmt: skip
+        assert there.returncode == 0, there.stdout + there.stderr
+        data = json.loads(there.stdout)["data"]
+        assert data["predicted_id"] == tiny["id"], data
+        predicted = data["predicted_manifest_digest"]
+        assert data["id"] == (predicted if site.containerd_store else tiny["id"]), data
+        held = site.sh(f"{site.cli} image inspect --format '{{{{.Id}}}}' \"$1\"", tag, check=True)
+        assert "sha256:" + held.stdout.strip().removeprefix("sha256:") == data["id"], data
+        assert data["id"] == expected_id(copy_of, site), data
+    finally:
+        remove(docker, tag)
+        client = site.client()
+        remove(client, tag)
+        client.close()
+        for archive in site.shared.glob("saved-*.tar"):
+            archive.unlink()
 
 
 def test_the_bundle_install_role_exports_the_id_the_sites_engine_holds(
