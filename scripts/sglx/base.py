@@ -20,13 +20,12 @@ from typing import Any, TypeVar
 from sglx import image_labels
 from sglx.base_archive import (
     ImageArchive,
-    check_reference,
     docker_archive_stream,
     expected_sha256,
     inspect_archive,
-    split_reference,
 )
 from sglx.engine import docker_client, image_ids
+from sglx.image_reference import check_reference, split_reference
 from sglx.progress import Progress
 from sglx_core.errors import SglxError
 from sglx_core.hashing import sha256_file

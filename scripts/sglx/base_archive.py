@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import IO, Any, Literal, TypeGuard
 
 from sglx.image_identity import digest_of, imported_manifest
+from sglx.image_reference import check_reference
 from sglx_core.digests import HEX64
 from sglx_core.errors import SglxError
 from sglx_core.hashing import CHUNK
@@ -54,13 +55,6 @@ REF_NAME_ANNOTATIONS = ("io.containerd.image.name", "org.opencontainers.image.re
 _HEX64 = re.compile(HEX64)
 _DIGEST = re.compile(f"sha256:({HEX64})")
 _SIDECAR_LINE = re.compile(r"([0-9a-fA-F]{64})(?:[ \t]+\*?(.+))?")
-# The docker reference grammar (distribution/reference), without digests.
-_LABEL = r"[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?"
-_DOMAIN = rf"{_LABEL}(?:\.{_LABEL})*(?::[0-9]+)?"
-_COMPONENT = r"[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*"
-_REFERENCE = re.compile(
-    rf"(?:{_DOMAIN}/)?{_COMPONENT}(?:/{_COMPONENT})*(?::[\w][\w.-]{{0,127}})?", re.ASCII
-)
 
 MAKE_IT = "make it on the connected side with `docker save -o FILE IMAGE`"
 COPY_AGAIN = "it is damaged or cut short: copy it again from the connected side"
@@ -161,31 +155,6 @@ def expected_sha256(archive: Path, given: str | None) -> str:
         code="checksum_invalid",
         path=str(sidecar),
     )
-
-
-# ---------------------------------------------------------------------------------------------
-# references
-# ---------------------------------------------------------------------------------------------
-
-
-def check_reference(ref: str, where: str) -> str:
-    """`ref` if it is a valid image reference (name[:tag]); else an error naming `where`."""
-    if len(ref) > 255 or not _REFERENCE.fullmatch(ref):
-        raise SglxError(
-            f"{where}: {ref!r} is not an image reference",
-            hint="use lowercase NAME[:TAG], e.g. rocm/pytorch:rocm7.2.4 (a tag is letters, "
-            "digits, '_', '.' and '-', at most 128)",
-            code="usage",
-        )
-    return ref
-
-
-def split_reference(ref: str) -> tuple[str, str]:
-    """(repository, tag) of a valid reference; the tag defaults to "latest"."""
-    repository, sep, tag = ref.rpartition(":")
-    if not sep or "/" in tag:  # no tag, or the colon was a registry port
-        return ref, "latest"
-    return repository, tag
 
 
 # ---------------------------------------------------------------------------------------------

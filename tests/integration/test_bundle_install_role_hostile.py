@@ -198,7 +198,7 @@ def test_allowed_signers_without_a_source_on_the_control_node_is_refused(
 
 def test_the_roles_rules_are_sglxs() -> None:
     """The role's copies of sglx's rules (vars/main.yml) stay equal to the Python ones."""
-    from sglx import base_archive
+    from sglx import image_reference
     from sglx.bundle import install_sh, layout, manifest
     from sglx_core.profile.loader import NAME_PATTERN
 
@@ -206,7 +206,7 @@ def test_the_roles_rules_are_sglxs() -> None:
     assert rules["_bundle_install_path_pattern"] == f"^{install_sh._pattern(manifest.RelPath)}$"
     assert (
         "".join(rules["_bundle_install_ref_pattern_parts"])
-        == f"^{base_archive._REFERENCE.pattern}$"
+        == f"^{image_reference.REFERENCE.pattern}$"
     )
     assert rules["_bundle_install_arch_pattern"] == NAME_PATTERN.pattern
     assert rules["_bundle_install_max_sums_bytes"] == install_sh.MAX_SUMS_BYTES

@@ -19,8 +19,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from sglx import image_labels
-from sglx.base_archive import check_reference
 from sglx.bundle.manifest import BaseRecord, ImageRecord, LayerEntry
+from sglx.image_reference import check_reference
 from sglx_core.digests import DIGEST
 from sglx_core.errors import SglxError
 from sglx_core.profile import Profile

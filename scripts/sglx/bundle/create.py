@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Any
 
 from sglx import __version__, image_labels
-from sglx.base_archive import check_reference
 from sglx.bundle import ansible_content, install_sh, layout
 from sglx.bundle.bundle_tar import write_tar
 from sglx.bundle.chunks import ChunkWriter
@@ -54,6 +53,7 @@ from sglx.bundle.tuned_files import copy_tuned
 from sglx.bundle.versions_document import versions
 from sglx.bundle.weights_plan import WeightsPlan, folder_name, plan_weights
 from sglx.engine import docker_client
+from sglx.image_reference import check_reference
 from sglx.progress import Progress
 from sglx.run_spec import run_spec
 from sglx_core import tuned

@@ -53,7 +53,7 @@ from typing import get_args
 
 from pydantic import StringConstraints
 
-from sglx import base_archive
+from sglx import image_reference
 from sglx.bundle import install_sh_weights, layout, manifest, record
 from sglx.bundle.install_sh_values import fill, part, plain
 from sglx.run_spec import Site, head_words, lock_folder, run_spec, tail_words
@@ -92,7 +92,7 @@ def ere(pattern: str) -> str:
 
 
 REL_PATH_ERE = ere(_pattern(manifest.RelPath))
-REF_ERE = ere(base_archive._REFERENCE.pattern)
+REF_ERE = ere(image_reference.REFERENCE.pattern)
 
 
 def record_values(arch: str, image_ref: str, image_id: str) -> dict[str, str]:
@@ -201,7 +201,7 @@ def render(
     image: manifest.ImageRecord | None = None,
     weights_path: None = None,  # older callers' "no weights": `weights` names them now
 ) -> str:
-    base_archive.check_reference(plain(image_ref, "the image reference"), "install.sh")
+    image_reference.check_reference(plain(image_ref, "the image reference"), "install.sh")
     if not _ID.fullmatch(image_id):
         raise SglxError(
             f"install.sh: {image_id!r} is not an image id (sha256:<64 hex>)",

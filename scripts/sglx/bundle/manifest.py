@@ -18,9 +18,9 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
-from sglx.base_archive import check_reference
 from sglx.bundle import layout
 from sglx.bundle.layers import chain_ids
+from sglx.image_reference import check_reference
 from sglx_core.digests import Digest, Sha256
 from sglx_core.errors import SglxError
 from sglx_core.profile.loader import NAME_PATTERN
