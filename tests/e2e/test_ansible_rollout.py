@@ -61,6 +61,7 @@ from helpers.engine_fixtures import (
     has_image,
     make_cpu_bundle,
     remove_images,
+    reserved_port,
 )
 from helpers.prometheus_server import Prometheus, prometheus
 from helpers.run_shared import shared_folder
@@ -308,8 +309,10 @@ def fleet(
     ]
     bundles = work / "bundles"
     bundles.mkdir()
-    fleet = Fleet(work, hosts, key, {h.name: free_port() for h in hosts},
-                  {h.name: free_port() for h in hosts})  # fmt: skip
+    # The servers' and node exporters' ports: below the ephemeral range, so that no test
+    # running beside the e2e takes one while its server restarts.
+    fleet = Fleet(work, hosts, key, {h.name: reserved_port() for h in hosts},
+                  {h.name: reserved_port() for h in hosts})  # fmt: skip
     # Images a test adds (the upgrade's v2): removed after the servers that may still run them.
     added_images: list[str] = []
     making = ThreadPoolExecutor(max_workers=1)
@@ -958,7 +961,9 @@ def test_a_serving_group_rolls_out_as_one_server(fleet: Fleet) -> None:
     rank 0 and answers completions, and acceptance passes. The tests after it start from it."""
     a, b = fleet.hosts
     v1 = fleet.state["v1"]
-    dist = free_port()
+    # The group's rendezvous, the smoke's after it and the ports sglang derives from it
+    # (server_args.py: dist_init_port + 1 on), reused by the tests after this one.
+    dist = reserved_port(span=12)
     inventory = fleet.inventory("pair", "cpu", group_nodes(fleet, dist), groups=PAIR)
     fleet.state["pair"] = dist
     code, out = fleet.play(inventory, "rollout.yml", "-e", f"sglx_bundle_path={v1}")

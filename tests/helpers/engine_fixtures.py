@@ -15,6 +15,7 @@ import contextlib
 import io
 import json
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -212,6 +213,36 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+_RESERVED: set[int] = set()
+
+
+def reserved_port(span: int = 1) -> int:
+    """The first of `span` consecutive ports free now and below the kernel's ephemeral range,
+    for a server that stops and starts again while the suite runs (the e2e fleet's restarts,
+    rollbacks and serving-group changes; a serving group's rendezvous and the ports sglang
+    derives from it). `free_port()` gets the kernel's pick from that range, so no other test
+    running meanwhile can take these ports while the server is down (CI-I: a rank's port was
+    taken during such a restart, "[Errno 98] address already in use"). Each call in a run
+    gives other ports."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    for first in random.sample(range(max(1024, low - 8000), low - span), 400):
+        ports = range(first, first + span)
+        if _RESERVED.intersection(ports) or not all(_bindable(port) for port in ports):
+            continue
+        _RESERVED.update(ports)
+        return first
+    raise RuntimeError(f"no {span} free ports below the ephemeral range (from {low})")
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def remove_images(docker: Any, *tags: str) -> None:
