@@ -179,6 +179,17 @@ def test_cpu_refuses_gpu_attention_backends(
         apply("cpu", ["--attention-backend", "triton"], tmp_path, monkeypatch, demo_model)
 
 
+def test_cpu_refuses_expert_parallelism_and_takes_tensor_parallelism(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, demo_model: Path
+) -> None:
+    """sglang 0.5.23's CPU MoE path cannot serve --ep-size 2 (the cpu profile's rule, with its
+    source); the nearest configuration it serves, the experts split by --tp alone, passes."""
+    with pytest.raises(PlatformError, match=r"--ep-size 2:.*fused_moe_native\.py:77"):
+        apply("cpu", ["--tp", "2", "--ep-size", "2"], tmp_path, monkeypatch, demo_model)
+    view = apply("cpu", ["--tp", "2", "--ep-size", "1"], tmp_path, monkeypatch, demo_model)
+    assert (view.tp_size, view.ep_size) == (2, 1)
+
+
 def test_cpu_platform_survives_sglangs_whole_resolution(tmp_path: Path, demo_model: Path) -> None:
     """The full pipeline (resolve_once) in a fresh process, where sglang resolves an attention
     backend of its own before the platform hook runs."""
