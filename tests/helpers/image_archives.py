@@ -125,6 +125,31 @@ def oci_members(
     ]
 
 
+def blob_digest(data: bytes) -> str:
+    return f"sha256:{hashlib.sha256(data).hexdigest()}"
+
+
+def docker_25_members(edit: Callable[[list[Member]], None] | None = None) -> list[Member]:
+    """Docker 25+'s `docker save`: the OCI layout of a one-layer image, and a manifest.json
+    naming its blobs; `edit` may change the members."""
+    members = oci_members()
+    index = json.loads(next(d for i, d in members if i.name == "index.json") or b"")
+    (manifest,) = [
+        json.loads(d or b"")
+        for i, d in members
+        if i.name == f"blobs/sha256/{index['manifests'][0]['digest'][7:]}"
+    ]
+    entry = {
+        "Config": f"blobs/sha256/{manifest['config']['digest'][7:]}",
+        "RepoTags": [],
+        "Layers": [f"blobs/sha256/{layer['digest'][7:]}" for layer in manifest["layers"]],
+    }
+    members.append(file_member("manifest.json", json.dumps([entry]).encode()))
+    if edit is not None:
+        edit(members)
+    return members
+
+
 def with_sidecar(path: Path) -> Path:
     """Write PATH.sha256 in sha256sum format next to `path`."""
     digest = hashlib.sha256(path.read_bytes()).hexdigest()

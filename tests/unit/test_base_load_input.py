@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 from helpers.image_archives import (
     Member,
+    blob_digest,
+    docker_25_members,
     docker_members,
     file_member,
     image_id,
@@ -309,32 +311,6 @@ def test_an_archive_that_is_not_the_pinned_base_is_refused_before_loading(
 # --- the id the containerd image store will give the image ---------------------------------
 
 
-def _digest(data: bytes) -> str:
-    return f"sha256:{hashlib.sha256(data).hexdigest()}"
-
-
-def _blob(members: list[Member], digest: str) -> bytes:
-    (data,) = [d for i, d in members if i.name == f"blobs/sha256/{digest[7:]}"]
-    assert data is not None
-    return data
-
-
-def _docker_25_save(edit: Callable[[list[Member]], None] | None = None) -> list[Member]:
-    """Docker 25+'s `docker save`: the OCI layout, and a manifest.json naming its blobs."""
-    members = oci_members()
-    index = json.loads(next(d for i, d in members if i.name == "index.json") or b"")
-    manifest = json.loads(_blob(members, index["manifests"][0]["digest"]))
-    entry = {
-        "Config": f"blobs/sha256/{manifest['config']['digest'][7:]}",
-        "RepoTags": [],
-        "Layers": [f"blobs/sha256/{layer['digest'][7:]}" for layer in manifest["layers"]],
-    }
-    members.append(file_member("manifest.json", json.dumps([entry]).encode()))
-    if edit is not None:
-        edit(members)
-    return members
-
-
 def test_the_containerd_stores_id_is_predicted_for_every_kind_of_save(tmp_path: Path) -> None:
     """Docker 20.10's archive: the manifest that store writes on loading it
     (sglx.image_identity.imported_manifest, checked against Docker 28.5.2); an OCI layout, and
@@ -347,8 +323,8 @@ def test_the_containerd_stores_id_is_predicted_for_every_kind_of_save(tmp_path: 
     config = next(d for i, d in classic if i.name.endswith(".json") and "/" not in i.name
                   and i.name != "manifest.json")  # fmt: skip
     assert layer is not None and config is not None
-    expected = _digest(imported_manifest((_digest(config), len(config)),
-                                         [(_digest(layer), len(layer))]))  # fmt: skip
+    expected = blob_digest(imported_manifest((blob_digest(config), len(config)),
+                                         [(blob_digest(layer), len(layer))]))  # fmt: skip
     read = inspect_archive(write_tar(tmp_path / "classic.tar", classic))
     assert (read.image_id, read.manifest_digest) == (image_id(classic), expected)
 
@@ -357,7 +333,7 @@ def test_the_containerd_stores_id_is_predicted_for_every_kind_of_save(tmp_path: 
     read = inspect_archive(write_tar(tmp_path / "oci.tar", oci))
     assert read.manifest_digest == named["manifests"][0]["digest"]
 
-    both = _docker_25_save()
+    both = docker_25_members()
     read = inspect_archive(write_tar(tmp_path / "both.tar", both))
     assert read.kind == "docker-archive"
     assert (read.image_id, read.manifest_digest) == (image_id(oci), named["manifests"][0]["digest"])
@@ -377,13 +353,13 @@ def test_a_multi_platform_index_leads_to_the_saved_platform(tmp_path: Path) -> N
                  "digest": "sha256:" + "e" * 64, "size": 10}  # fmt: skip
         platforms = json.dumps({"schemaVersion": 2, "mediaType": OCI_INDEX,
                                 "manifests": [other, index["manifests"][0]]}).encode()  # fmt: skip
-        members.append(file_member(f"blobs/sha256/{_digest(platforms)[7:]}", platforms))
-        index["manifests"] = [{"mediaType": OCI_INDEX, "digest": _digest(platforms),
+        members.append(file_member(f"blobs/sha256/{blob_digest(platforms)[7:]}", platforms))
+        index["manifests"] = [{"mediaType": OCI_INDEX, "digest": blob_digest(platforms),
                                "size": len(platforms)}]  # fmt: skip
         members[at] = file_member("index.json", json.dumps(index).encode())
-        made["index"] = _digest(platforms)
+        made["index"] = blob_digest(platforms)
 
-    read = inspect_archive(write_tar(tmp_path / "nested.tar", _docker_25_save(nest)))
+    read = inspect_archive(write_tar(tmp_path / "nested.tar", docker_25_members(nest)))
     assert read.manifest_digest == made["index"]
 
 
@@ -399,15 +375,15 @@ def test_an_index_leading_to_another_image_than_the_manifest_is_refused(
                       and i.name != "manifest.json")  # fmt: skip
         assert config is not None
         manifest = json.dumps({"schemaVersion": 2, "config": {
-            "mediaType": "application/vnd.oci.image.config.v1+json", "digest": _digest(config),
+            "mediaType": "application/vnd.oci.image.config.v1+json", "digest": blob_digest(config),
             "size": len(config)}, "layers": []}).encode()  # fmt: skip
-        members.append(file_member(f"blobs/sha256/{_digest(manifest)[7:]}", manifest))
-        members.append(file_member(f"blobs/sha256/{_digest(config)[7:]}", config))
+        members.append(file_member(f"blobs/sha256/{blob_digest(manifest)[7:]}", manifest))
+        members.append(file_member(f"blobs/sha256/{blob_digest(config)[7:]}", config))
         at = next(n for n, (i, _) in enumerate(members) if i.name == "index.json")
         members[at] = file_member("index.json", json.dumps({"schemaVersion": 2, "manifests": [{
             "mediaType": "application/vnd.oci.image.manifest.v1+json",
-            "digest": _digest(manifest), "size": len(manifest)}]}).encode())  # fmt: skip
+            "digest": blob_digest(manifest), "size": len(manifest)}]}).encode())  # fmt: skip
 
-    archive = with_sidecar(write_tar(tmp_path / "split.tar", _docker_25_save(elsewhere)))
+    archive = with_sidecar(write_tar(tmp_path / "split.tar", docker_25_members(elsewhere)))
     err = _refused(sglx, archive)
     assert "index.json and manifest.json name different images" in err

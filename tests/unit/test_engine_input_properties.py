@@ -1,7 +1,8 @@
 """Property-based tests of the readers issue 39's engines and issue 40's tuned sets and traces
 brought (issue 37): the save stream of every store (`SaveFilter` on Docker 20.10's archive, the
-OCI layout with plain, gzip and nested-index blobs, podman's archive), what an engine's API says
-about itself (`engine_from`), the tuned files of AITER, TunableOp and hipBLASLt and a tuned
+OCI layout with plain, gzip and nested-index blobs, podman's archive), the index.json beside
+Docker 25+'s manifest.json that `sglx base load` reads, what an engine's API says about itself
+(`engine_from`), the tuned files of AITER, TunableOp and hipBLASLt and a tuned
 set's manifest, and a profiler trace.
 
 The property is the one of tests/unit/test_hostile_input_properties.py: a clean refusal (an
@@ -302,3 +303,74 @@ def test_each_kind_of_save_stream_is_drawn(kind: str) -> None:
     raw, ids, diff_ids = _archive(kind, [b"a" * 100, b"b" * 10])
     filt = SaveFilter(ids[-1], diff_ids)
     assert _stream(filt, raw, [700]) == raw and filt.recorded() is not None, filt.problem
+
+
+# --- the index beside a docker-archive's manifest.json (sglx base load) --------------------
+
+_KEYS = st.sampled_from(["manifests", "mediaType", "digest", "size", "schemaVersion", "config"])
+_MEDIA = st.sampled_from([
+    "application/vnd.oci.image.index.v1+json",
+    "application/vnd.oci.image.manifest.v1+json",
+    "application/vnd.docker.distribution.manifest.list.v2+json",
+    "",
+])  # fmt: skip
+
+
+def _descriptor(media: str, held: tuple[str, int], digest: Any, size: Any) -> dict[str, Any]:
+    """A descriptor of a blob the archive holds, its digest or size replaced where given."""
+    return {
+        "mediaType": media,
+        "digest": held[0] if digest is None else digest,
+        "size": held[1] if size is None else size,
+    }
+
+
+@st.composite
+def _index_documents(draw: st.DrawFn, blobs: dict[str, int]) -> Any:
+    """index.json as an engine might damage it: any JSON, or descriptors (of the blobs the
+    archive holds, with their sizes or others, or of none) in lists nested as image indexes
+    nest."""
+    leaf = st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.text(max_size=8)
+    descriptor = st.builds(
+        _descriptor,
+        _MEDIA,
+        st.sampled_from(sorted(blobs.items())),
+        st.none() | st.text(max_size=71),
+        st.none() | st.integers(-1, 4096) | leaf,
+    )
+    anything = st.recursive(
+        leaf | descriptor,
+        lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_KEYS, inner, max_size=5),
+        max_leaves=16,
+    )
+    return draw(st.fixed_dictionaries({"manifests": st.lists(descriptor, max_size=3)}) | anything)
+
+
+@SETTINGS
+@given(data=st.data())
+def test_any_index_beside_a_docker_archive_is_read_or_refused_cleanly(data: st.DataObject) -> None:
+    """`sglx base load`'s prediction of the containerd store's id from Docker 25+'s save: any
+    index.json beside the manifest.json gives an id that leads to the checked config (or none),
+    or a refusal naming the archive; never another exception."""
+    import tempfile
+
+    from helpers.image_archives import docker_25_members, file_member, write_tar
+
+    from sglx.base_archive import inspect_archive
+
+    members = docker_25_members()
+    blobs = {
+        "sha256:" + i.name.removeprefix("blobs/sha256/"): i.size
+        for i, _ in members
+        if i.name.startswith("blobs/sha256/")
+    }
+    index = json.dumps(data.draw(_index_documents(blobs))).encode()
+    members = [file_member(i.name, index) if i.name == "index.json" else (i, d) for i, d in members]
+    with tempfile.TemporaryDirectory() as folder:
+        archive = write_tar(Path(folder) / "save.tar", members)
+        try:
+            read = inspect_archive(archive)
+        except SglxError as refused:
+            assert str(archive) in refused.message and refused.hint, refused
+            return
+    assert read.manifest_digest is None or read.manifest_digest in blobs, read
