@@ -307,9 +307,7 @@ def _again(
     )
 
 
-def _larger_tp(
-    base: Capacity, shape: ModelShape, devices: int, page_size: int
-) -> tuple[str, bool]:
+def _larger_tp(base: Capacity, shape: ModelShape, devices: int, page_size: int) -> tuple[str, bool]:
     """The smallest power-of-two TP above the current one that fits: on this host when it has
     the devices, else on a larger host (up to MAX_TP_SUGGESTED), and whether it is this host.
     TP must divide the attention heads (sglang shards them evenly)."""
