@@ -61,6 +61,20 @@ def servers(
                 container.remove(force=True)
 
 
+@contextlib.contextmanager
+def serving(
+    docker: Any, image: str, nodes: list[tuple[list[str], dict[str, str]]], name: str, port: int
+) -> Iterator[list[Any]]:
+    """`servers`, once rank 0 answers /health on `port` while every node runs."""
+    with servers(docker, image, nodes, name) as started:
+        wait_healthy(
+            f"http://127.0.0.1:{port}",
+            timeout=600,
+            alive=lambda: all(docker.containers.get(c.id).status == "running" for c in started),
+        )
+        yield started
+
+
 def _completion(port: int) -> dict[str, Any]:
     status, body = http(f"http://127.0.0.1:{port}/v1/completions", PROMPT, timeout=300)
     assert status == 200, body
@@ -98,14 +112,8 @@ def _group(
 def reference(docker: Any, cpu_image: dict[str, Any], run_id: str) -> dict[str, Any]:
     """The single-rank server's completion, which every group must serve."""
     port = free_port()
-    with servers(
-        docker, cpu_image["tag"], [(["--port", str(port)], {})], f"sglx-test-{run_id}-single"
-    ) as (single,):
-        wait_healthy(
-            f"http://127.0.0.1:{port}",
-            timeout=600,
-            alive=lambda: docker.containers.get(single.id).status == "running",
-        )
+    single = [(["--port", str(port)], {})]
+    with serving(docker, cpu_image["tag"], single, f"sglx-test-{run_id}-single", port):
         return _completion(port)
 
 
@@ -119,12 +127,7 @@ def test_two_pipeline_stages_on_two_nodes_serve_the_single_rank_tokens(
     group."""
     port, dist = free_port(), free_port()
     nodes = _group(port, dist, [[], []], ["0", "1"], split=("--pp-size", "2"))
-    with servers(docker, cpu_image["tag"], nodes, f"sglx-test-{run_id}-stages") as group:
-        wait_healthy(
-            f"http://127.0.0.1:{port}",
-            timeout=600,
-            alive=lambda: all(docker.containers.get(c.id).status == "running" for c in group),
-        )
+    with serving(docker, cpu_image["tag"], nodes, f"sglx-test-{run_id}-stages", port) as group:
         _same_greedy_tokens(reference, _completion(port))
         logs = [c.logs().decode(errors="replace") for c in group]
     for log in logs:
@@ -138,12 +141,7 @@ def test_two_nodes_serve_the_single_rank_tokens(
     port, dist = free_port(), free_port()
     # Per-node bindings differ (core 0 and core 1), and so do the run ids sglang generates.
     nodes = _group(port, dist, [[], []], ["0", "1"])
-    with servers(docker, cpu_image["tag"], nodes, f"sglx-test-{run_id}-group") as group:
-        wait_healthy(
-            f"http://127.0.0.1:{port}",
-            timeout=600,
-            alive=lambda: all(docker.containers.get(c.id).status == "running" for c in group),
-        )
+    with serving(docker, cpu_image["tag"], nodes, f"sglx-test-{run_id}-group", port) as group:
         _same_greedy_tokens(reference, _completion(port))
         # Seed S0-36 on a real trace: rank 0 profiled through sglang's own /start_profile
         # (docs/reference/profiling.md) while it serves, its trace read by `sglx trace
