@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Literal, TypeGuard
 
-from sglx.image_identity import digest_of, imported_manifest
+from sglx.image_identity import INDEX_TYPES, digest_of, imported_manifest, leads_to_config
 from sglx.image_reference import check_reference
 from sglx_core.digests import HEX64
 from sglx_core.errors import SglxError
@@ -43,13 +43,7 @@ from sglx_core.untrusted import parse_json
 MAX_MEMBERS = 10_000
 MAX_LAYERS = 500
 MAX_JSON_BYTES = 1 << 20
-MAX_INDEX_DEPTH = 2  # an image index of manifests; deeper nesting is refused
-MAX_INDEX_ENTRIES = 64  # manifests of one index that are read
 MAX_SIDECAR_BYTES = 64 << 10
-OCI_INDEX_TYPES = (
-    "application/vnd.oci.image.index.v1+json",
-    "application/vnd.docker.distribution.manifest.list.v2+json",
-)
 REF_NAME_ANNOTATIONS = ("io.containerd.image.name", "org.opencontainers.image.ref.name")
 
 _HEX64 = re.compile(HEX64)
@@ -393,32 +387,22 @@ def _indexed_digest(
 ) -> str | None:
     """The digest `index.json` names beside a docker-archive's manifest.json (Docker 25+),
     which the containerd store names the image by, once it is shown to lead to the config
-    manifest.json names (through an image index, for a multi-platform image, at most
-    MAX_INDEX_DEPTH deep); None where index.json names no one image."""
+    manifest.json names (image_identity.leads_to_config; a platform the save left out leads
+    nowhere); None where index.json names no one image."""
     index, _ = _read_json(archive, tar, members, "index.json", "index")
     manifests = index.get("manifests") if isinstance(index, dict) else None
     if not isinstance(manifests, list) or len(manifests) != 1:
         return None
-    top = _descriptor(archive, manifests[0], "index.json manifests[0]")
-    pending, depth = [top], 0
-    while pending and depth <= MAX_INDEX_DEPTH:
-        following = []
-        for descriptor in pending[:MAX_INDEX_ENTRIES]:
-            document = _digested_json(archive, tar, members, descriptor, "index.json's image")
-            if not isinstance(document, dict):
-                continue
-            if descriptor[0] in OCI_INDEX_TYPES or "manifests" in document:
-                entries = document.get("manifests")
-                for i, entry in enumerate(entries if isinstance(entries, list) else []):
-                    found = _descriptor(archive, entry, f"index manifests[{i}]")
-                    if f"blobs/sha256/{found[2]}" in members:  # other platforms are not saved
-                        following.append(found)
-            elif _descriptor(archive, document.get("config"), "manifest config")[2] == (
-                image_id.removeprefix("sha256:")
-            ):
-                return f"sha256:{top[2]}"
-        pending, depth = following, depth + 1
-    raise _invalid(archive, "index.json and manifest.json name different images")
+
+    def read(value: Any, where: str) -> Any:
+        descriptor = _descriptor(archive, value, where)
+        if f"blobs/sha256/{descriptor[2]}" not in members:
+            return False
+        return _digested_json(archive, tar, members, descriptor, where)
+
+    if not leads_to_config(manifests[0], image_id, read, "index.json manifests[0]"):
+        raise _invalid(archive, "index.json and manifest.json name different images")
+    return f"sha256:{_descriptor(archive, manifests[0], 'index.json manifests[0]')[2]}"
 
 
 def _descriptor(archive: Path, value: Any, where: str) -> tuple[str, int, str]:
@@ -483,7 +467,7 @@ def _oci_layout(
             hint="save only the base, for one platform",
         )
     descriptor = _descriptor(archive, manifests[0], "index.json manifests[0]")
-    if descriptor[0] in OCI_INDEX_TYPES:
+    if descriptor[0] in INDEX_TYPES:
         raise _invalid(
             archive,
             "index.json points at a multi-platform index; sglx loads one platform",

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from sglx_core.engines import Engine, engine_from
@@ -29,6 +29,17 @@ from sglx_core.engines import Engine, engine_from
 DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
 DOCKER_CONFIG = "application/vnd.docker.container.image.v1+json"
 DOCKER_LAYER = "application/vnd.docker.image.rootfs.diff.tar"
+INDEX_TYPES = (
+    "application/vnd.oci.image.index.v1+json",
+    "application/vnd.docker.distribution.manifest.list.v2+json",
+)
+MAX_INDEX_DEPTH = 2  # index.json, then an image index, then the manifest; deeper is not followed
+MAX_INDEX_ENTRIES = 64  # manifests of one image index that are followed
+
+# A manifest or image index as the archive holds it: its parsed JSON, checked against the
+# digest its descriptor names, or, where the reader did not read it, whether it counts as
+# leading to the config (held but too large to keep: True; a platform the save left out: False).
+BlobReader = Callable[[Any, str], Any]
 
 
 def digest_of(data: bytes) -> str:
@@ -48,6 +59,30 @@ def imported_manifest(config: tuple[str, int], layers: Sequence[tuple[str, int]]
         ],
     }
     return json.dumps(document, separators=(",", ":")).encode()
+
+
+def leads_to_config(
+    descriptor: Any, config_digest: str, read: BlobReader, where: str, depth: int = MAX_INDEX_DEPTH
+) -> bool:
+    """Whether the manifest a descriptor (of `index.json`, say) names, or the image index it
+    names, leads to the image config `config_digest`: through at most `depth` indexes and
+    MAX_INDEX_ENTRIES manifests of each. `read(descriptor, where)` checks the descriptor and
+    gives its blob (BlobReader), raising its own error for a malformed one."""
+    document = read(descriptor, where)
+    if isinstance(document, bool):
+        return document
+    if not isinstance(document, dict):
+        return False
+    if document.get("mediaType") in INDEX_TYPES or "manifests" in document:
+        children = document.get("manifests")
+        if depth == 0 or not isinstance(children, list):
+            return False
+        return any(
+            leads_to_config(child, config_digest, read, f"{where} manifests[{i}]", depth - 1)
+            for i, child in enumerate(children[:MAX_INDEX_ENTRIES])
+        )
+    config = document.get("config")
+    return isinstance(config, dict) and config.get("digest") == config_digest
 
 
 def engine_of(client: Any) -> Engine:

@@ -18,7 +18,7 @@ from test_bundle_layers import run, save_archive
 
 from sglx.bundle.layers import chain_ids
 from sglx.bundle.save_stream import SaveFilter
-from sglx.image_identity import digest_of, imported_manifest
+from sglx.image_identity import digest_of, imported_manifest, leads_to_config
 from sglx_core.errors import SglxError
 
 # `docker save` on Docker 20.10.24 of an image of two layers, then `docker load` of it into
@@ -235,3 +235,33 @@ def test_podmans_archive_is_read_and_a_delta_leaves_out_its_flat_layer_tars_with
     assert f"{diff_ids[0][7:]}.tar" not in names and f"{0:064x}/layer.tar" not in names
     assert {f"{diff_ids[1][7:]}.tar", f"{1:064x}/layer.tar"} <= names
     assert [x.carried for x in delta.layers()] == [False, True]
+
+
+def _nested(levels: int, config_digest: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A descriptor naming `levels` image indexes around a manifest of `config_digest`, and the
+    blobs by digest."""
+    blobs: dict[str, Any] = {}
+    document: dict[str, Any] = {"mediaType": OCI_MANIFEST, "config": {"digest": config_digest}}
+    for level in range(levels + 1):
+        digest = f"sha256:{level:064x}"
+        blobs[digest] = document
+        descriptor = {"digest": digest}
+        document = {
+            "mediaType": OCI_INDEX,
+            "manifests": [{"digest": "sha256:" + "f" * 64}, descriptor],
+        }
+    return descriptor, blobs
+
+
+@pytest.mark.parametrize(("levels", "found"), [(0, True), (1, True), (2, True), (3, False)])
+def test_the_index_walk_follows_two_image_indexes_and_skips_a_platform_left_out(
+    levels: int, found: bool
+) -> None:
+    """One walk (image_identity.leads_to_config) serves base load and the save stream: a
+    manifest not held (another platform) leads nowhere, and nesting deeper than
+    MAX_INDEX_DEPTH is not followed."""
+    config = "sha256:" + "c" * 64
+    top, blobs = _nested(levels, config)
+    read = lambda descriptor, where: blobs.get(descriptor["digest"], False)  # noqa: E731
+    assert leads_to_config(top, config, read, "index.json") is found
+    assert leads_to_config(top, "sha256:" + "d" * 64, read, "index.json") is False

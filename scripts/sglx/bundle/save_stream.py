@@ -36,7 +36,7 @@ from typing import Any
 
 from sglx.bundle.layers import chain_ids, identify, link_target
 from sglx.bundle.manifest import LayerEntry
-from sglx.image_identity import digest_of, imported_manifest
+from sglx.image_identity import digest_of, imported_manifest, leads_to_config
 from sglx_core.digests import DIGEST, HEX64
 from sglx_core.errors import SglxError
 from sglx_core.untrusted import parse_json
@@ -46,14 +46,9 @@ MAX_JSON = 16 << 20  # manifest.json and the image config (real ones are a few K
 MAX_LAYER_JSON = 1 << 20  # a layer folder's json
 MAX_BLOB = 1 << 20  # an OCI blob kept to be read (configs and manifests are a few KiB)
 MAX_CAPTURED = 64 << 20  # all members kept to be read, together
-MAX_INDEX_DEPTH = 2  # index.json, then an image index, then the manifest
 _BLOB = re.compile(f"blobs/sha256/({HEX64})")
 _CLASSIC_CONFIG = re.compile(rf"({HEX64})\.json")
 _FLAT_LAYER = re.compile(rf"({HEX64})\.tar")  # podman's docker-archive
-_INDEX_TYPES = (
-    "application/vnd.oci.image.index.v1+json",
-    "application/vnd.docker.distribution.manifest.list.v2+json",
-)
 MAX_EXTENDED = 1 << 20  # a PAX or GNU long-name header's data
 _LAYER = re.compile(rf"({HEX64})/layer\.tar")
 _LAYER_JSON = re.compile(f"({HEX64})/json")
@@ -355,31 +350,20 @@ class SaveFilter:
         if not isinstance(manifests, list) or len(manifests) != 1:
             raise _stream_error("index.json does not name one image")
         digest = _descriptor_digest(manifests[0], "index.json")
-        if not self._leads_to(digest, config_digest, MAX_INDEX_DEPTH):
+        if not leads_to_config(manifests[0], config_digest, self._manifest_blob, "index.json"):
             raise _stream_error(f"index.json's image {digest} does not lead to the image config")
         return digest
 
-    def _leads_to(self, digest: str, config_digest: str, depth: int) -> bool:
-        """Whether the manifest (or image index) blob `digest` names the config, through at most
-        `depth` indexes; a blob the stream did not hold (or held too large to keep) is
-        trusted by its name."""
-        name = f"blobs/sha256/{digest.removeprefix('sha256:')}"
+    def _manifest_blob(self, descriptor: Any, where: str) -> Any:
+        """A manifest or image index the stream held (image_identity.BlobReader): one it did
+        not keep (too large) is trusted by its name, one it did not hold leads nowhere."""
+        name = f"blobs/sha256/{_descriptor_digest(descriptor, where).removeprefix('sha256:')}"
         raw = self._captured.get(name)
         if raw is None:
             return name in self.members
-        if digest_of(raw) != digest:
+        if digest_of(raw) != descriptor["digest"]:
             raise _stream_error(f"{name} does not hash to its name")
-        document = _parse(raw, name)
-        if document.get("mediaType") in _INDEX_TYPES or "manifests" in document:
-            children = document.get("manifests")
-            if depth == 0 or not isinstance(children, list):
-                return False
-            return any(
-                self._leads_to(_descriptor_digest(child, name), config_digest, depth - 1)
-                for child in children
-            )
-        config = document.get("config")
-        return isinstance(config, dict) and config.get("digest") == config_digest
+        return _parse(raw, name)
 
     def _manifest_layers(self) -> tuple[str, list[str]]:
         raw = self._captured.get("manifest.json")
