@@ -106,10 +106,10 @@ class Capacity:
     concurrency: int
     fixes: tuple[str, ...]  # ordered: larger TP, pipeline stages, shorter context, FP8 KV
     # cache, quantization
-    reserve_bytes: int = 0  # kept beside the weights (see the module docstring)
-    pp: int = 1  # pipeline stages (--pp-size)
-    stage_layers: int = 0  # the largest stage's layers (the model's, at --pp-size 1)
-    layers: int = 0  # the model's
+    reserve_bytes: int  # kept beside the weights (see the module docstring)
+    pp: int  # pipeline stages (--pp-size)
+    stage_layers: int  # the largest stage's layers (all of them at --pp-size 1)
+    layers: int  # the model's
 
     @property
     def memory_needed_bytes(self) -> int:
@@ -248,9 +248,10 @@ def _evaluate(
     concurrency: int,
     weight_bytes: int | None = None,
     dcp: int = 1,
-    stage: tuple[int, int] = (1, 0),
+    stage: tuple[int, int] | None = None,
 ) -> Capacity:
-    pp, layers = stage if stage[0] > 1 else (1, shape.layers)  # (stages, the largest's layers)
+    # (stages, the largest one's layers); one stage of every layer unless given
+    pp, layers = (1, shape.layers) if stage is None else stage
     total = shape.weight_bytes if weight_bytes is None else weight_bytes
     weights = -(-total * layers // (shape.layers * tp))
     # Decode context parallelism: the `dcp` ranks of a group hold the heads of TP tp/dcp and
