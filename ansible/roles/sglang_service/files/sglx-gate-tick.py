@@ -87,7 +87,10 @@ def memory_usage(args: argparse.Namespace, tries: int = 3) -> str:
     200 characters; "" where it gave none): the container's checks read the figure, with the
     one size grammar sglx has (sglx_core.sizes), and an unread one restarts nothing.
     Docker 20.10 prints "0B / 0B" for a running container now and then, a sample it had not
-    taken (no limit is 0): that figure is asked again, a second apart, `tries` times in all."""
+    taken (no limit is 0): that figure is asked again, a second apart, `tries` times in all.
+    The container's `gate_tick.memory_used` judges a LIMIT of 0 the same way, and is the rule's
+    home; this script runs with the host's Python, which has no sglx to import, so it restates
+    the test only to know when to ask again (a last "0B / 0B" still reaches that judge)."""
     argv = [args.docker, "stats", "--no-stream", "--format", "{{.MemUsage}}", args.container]
     said = ""
     for attempt in range(tries):
