@@ -111,7 +111,7 @@ def test_gfx942_fixture_host_with_fixture_rocm_libraries_passes(
     assert checks["device /dev/dri/renderD128"]["status"] == "pass"
     # two GPUs in no xGMI hive (hive_id 0): a warning, the start goes on (seed S0-25)
     link = checks["interconnect"]
-    assert link["status"] == "warn" and "node 1: none, node 2: none" in link["detail"], link
+    assert link["status"] == "warn" and "node 1: no hive, node 2: no hive" in link["detail"], link
     assert "--pp-size" in link["fix"]
 
 

@@ -106,9 +106,9 @@ def test_kfd_hosts(
 @pytest.mark.parametrize(
     ("hives", "link", "shown"),
     [
-        (None, "xgmi", f"0x{XGMI_HIVE:x}"),  # eight GPUs of one hive
-        ([0, 0], "pcie", "node 2: none, node 3: none"),  # cards in no hive
-        ([7, 7, 9], "pcie", "node 2: 0x7, node 3: 0x7, node 4: 0x9"),  # two hives
+        (None, "fast", f"hive 0x{XGMI_HIVE:x}"),  # eight GPUs of one hive
+        ([0, 0], "slow", "node 2: no hive, node 3: no hive"),  # cards in no hive
+        ([7, 7, 9], "slow", "node 2: hive 0x7, node 3: hive 0x7, node 4: hive 0x9"),  # two hives
     ],
 )
 def test_gpus_outside_one_xgmi_hive_are_said_to_talk_over_pcie(
@@ -117,7 +117,7 @@ def test_gpus_outside_one_xgmi_hive_are_said_to_talk_over_pcie(
     """Seed S0-25: the KFD node's hive_id tells xGMI from PCIe between the GPUs."""
     gpus = [MI300X] * (8 if hives is None else len(hives))
     found = _detect("gfx942", write_kfd_host(tmp_path, gpus, cpu_nodes=2, hive_ids=hives))
-    assert (found.facts["interconnect"], found.facts["xgmi_hive"]) == (link, shown)
+    assert (found.facts["interconnect"], found.facts["link_groups"]) == (link, shown)
 
 
 def test_one_gpu_has_no_interconnect_to_judge(tmp_path: Path) -> None:
@@ -138,9 +138,12 @@ def test_preflight_passes_a_hive_and_warns_about_pcie(
         return checks
 
     (ok,) = run(mi300x_host(tmp_path / "hive"))
-    assert (ok.status, ok.detail) == ("pass", f"xGMI between all 8 GPUs (hive 0x{XGMI_HIVE:x})")
+    assert (ok.status, ok.detail) == (
+        "pass",
+        f"xGMI between all 8 devices (hive 0x{XGMI_HIVE:x})",
+    )
     (pcie,) = run(write_kfd_host(tmp_path / "pcie", [MI300X] * 2, hive_ids=[0, 0]))
-    assert pcie.status == "warn" and "about 40 % slower (seed S0-25)" in pcie.detail
+    assert pcie.status == "warn" and "over PCIe, about 40 % slower (seed S0-25)" in pcie.detail
     assert pcie.fix is not None and "--tp-size" in pcie.fix
     assert run(mi300x_host(tmp_path / "one", 1)) == []
     assert run(p800_host(tmp_path / "kunlun"), "kunlun") == []  # XPULink is not read

@@ -55,31 +55,31 @@ def check_arch(profile: Profile, checks: list[Check]) -> bool:
 
 
 def check_interconnect(profile: Profile, checks: list[Check]) -> None:
-    """The GPUs a server spans reach each other over xGMI, not PCIe alone (seed S0-25: without
-    a high-bandwidth link, tensor parallelism loses about 40 %; use fewer GPUs per group or
-    pipeline parallelism across the slow link). A warning: the server starts either way.
-    Only where the profile's devices say how they are linked (the KFD topology's hive_id)."""
+    """The devices a server spans share the profile's fast link (`devices.interconnect`), not
+    the slow one alone (seed S0-25: tensor parallelism over PCIe loses about 40 %; use fewer
+    devices per group, or pipeline stages across the slow link). A warning: the server starts
+    either way. Only where the probe reads the link and the profile words it."""
+    wording = profile.devices.interconnect
     try:
         found = detect(profile)
     except SglxError:
         return  # check_arch named the problem
     link = found.facts.get("interconnect")
-    if link is None:
+    if link is None or wording is None:
         return  # one device, or a family whose link sglx cannot read
-    if link == "xgmi":
-        detail = f"xGMI between all {found.count} GPUs (hive {found.facts['xgmi_hive']})"
+    groups = found.facts.get("link_groups", "")
+    if link == "fast":
+        detail = f"{wording.fast} between all {found.count} devices ({groups})"
         checks.append(Check("interconnect", "pass", detail))
         return
     checks.append(
         Check(
             "interconnect",
             "warn",
-            f"the {found.count} GPUs are not in one xGMI hive ({found.facts['xgmi_hive']}): "
-            "a tensor-parallel group across them talks over PCIe, about 40 % slower (seed "
-            "S0-25)",
-            fix="serve one group per xGMI hive (a smaller --tp-size, more replicas), or split "
-            "the model at the PCIe boundary with --pp-size; `sglx hosts check` measures the "
-            "bus bandwidth (collective smoke test)",
+            f"the {found.count} devices do not all share {wording.fast} ({groups}): a "
+            f"tensor-parallel group across them talks over {wording.slow}, {wording.cost}",
+            fix=f"{wording.fix}; `sglx hosts check` measures the bus bandwidth (collective "
+            "smoke test)",
         )
     )
 

@@ -189,18 +189,17 @@ def _detect_rocm(
 
 
 def interconnect(gpus: Sequence[KfdGpu]) -> dict[str, str]:
-    """How the GPUs reach each other: "xgmi" when they are all in one xGMI hive (the same
-    nonzero hive_id), else "pcie", with each node's hive. GPUs of one hive are joined by AMD's
-    Infinity Fabric (xGMI; on the 8-GPU MI300X platform all eight are fully connected: AMD
-    Instinct MI300X Platform data sheet); a pair in no common hive goes over PCIe, which costs
-    tensor parallelism about 40 % (seed S0-25)."""
+    """How the GPUs reach each other, as the KFD topology says: `interconnect` "fast" when
+    they are all in one xGMI hive (the same nonzero hive_id), else "slow", and `link_groups`,
+    the hive or each node's. What the two links are called and what the slow one costs is the
+    profile's (`devices.interconnect`, shared/rocm.yaml), which preflight words its check with."""
     hives = {g.hive_id for g in gpus}
     if len(hives) == 1 and 0 not in hives:
-        return {"interconnect": "xgmi", "xgmi_hive": f"0x{hives.pop():x}"}
+        return {"interconnect": "fast", "link_groups": f"hive 0x{hives.pop():x}"}
     listed = ", ".join(
-        f"node {g.node}: {f'0x{g.hive_id:x}' if g.hive_id else 'none'}" for g in gpus
+        f"node {g.node}: {f'hive 0x{g.hive_id:x}' if g.hive_id else 'no hive'}" for g in gpus
     )
-    return {"interconnect": "pcie", "xgmi_hive": listed}
+    return {"interconnect": "slow", "link_groups": listed}
 
 
 def identify_rocm(gpu: KfdGpu, table: Mapping[str, AcceleratorSpec]) -> str | None:

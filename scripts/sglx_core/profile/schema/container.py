@@ -59,6 +59,17 @@ class KunlunProbe(_Strict):
     version_file: AbsPath = Field(description="Driver version file (KLRM version).")
 
 
+class Interconnect(_Strict):
+    """How the devices of one host reach each other, in the vendor's words: the probe reads
+    whether all of a server's devices share the fast link (its `interconnect` fact), and
+    preflight's `interconnect` check says what that means with these."""
+
+    fast: Text = Field(description="The link the devices of one group share (xGMI).")
+    slow: Text = Field(description="What devices outside one group talk over (PCIe).")
+    cost: Text = Field(description="What tensor parallelism over the slow link costs, sourced.")
+    fix: Text = Field(description="What to serve instead, shown with the warning.")
+
+
 class Devices(_Strict):
     """Device nodes, the groups that may open them, and how to find the hardware."""
 
@@ -72,6 +83,10 @@ class Devices(_Strict):
         "know the host's render GID).",
     )
     probe: NoProbe | KfdProbe | KunlunProbe = Field(discriminator="kind")
+    interconnect: Interconnect | None = Field(
+        default=None,
+        description="How the probe's link reading is worded; none where sglx cannot read it.",
+    )
 
 
 class Mount(_Strict):
