@@ -60,13 +60,15 @@ def check_interconnect(profile: Profile, checks: list[Check]) -> None:
     devices per group, or pipeline stages across the slow link). A warning: the server starts
     either way. Only where the probe reads the link and the profile words it."""
     wording = profile.devices.interconnect
+    if wording is None:
+        return  # a family whose link sglx cannot read
     try:
         found = detect(profile)
     except SglxError:
         return  # check_arch named the problem
     link = found.facts.get("interconnect")
-    if link is None or wording is None:
-        return  # one device, or a family whose link sglx cannot read
+    if link is None:
+        return  # one device
     groups = found.facts.get("link_groups", "")
     if link == "fast":
         detail = f"{wording.fast} between all {found.count} devices ({groups})"
