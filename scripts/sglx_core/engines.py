@@ -25,6 +25,7 @@ _VERSION = re.compile(r"[0-9][0-9A-Za-z.+~-]{0,63}")
 # (product, major.minor, store), as the suite runs them.
 TESTED: tuple[tuple[str, str, str], ...] = (
     ("Docker", "20.10", "classic"),
+    ("Docker", "26.1", "classic"),
     ("Docker", "28.5", "classic"),
     ("Docker", "28.5", "containerd"),
 )

@@ -1,14 +1,15 @@
 """The engines sites run, as stand-ins beside the suite's own Docker 20.10: Debian sid's
-docker.io 28.5.2 with containerd 2.1.9, and its podman, each run in a container of the suite's
-engine (`--cap-add ALL --cap-drop SYS_RESOURCE`, seccomp and AppArmor unconfined: this machine
+docker.io 28.5.2 with containerd 2.1.9, and its podman, and Debian trixie's docker.io 26.1.5
+(a site on Debian 13 or an Ubuntu of its time), each run in a container of the suite's engine
+(`--cap-add ALL --cap-drop SYS_RESOURCE`, seccomp and AppArmor unconfined: this machine
 refuses `--privileged`), its storage in a volume, its API socket in a host folder, and no
 network.
 
-The engine image is debootstrapped from Debian's own packages once per run (about two minutes,
-mostly downloads) and removed at the run's end (run_shared). An engine container runs dockerd
-with the containerd image store on (`features.containerd-snapshotter`, the default of a fresh
-Docker 29) or off (the classic store every Docker before 29 has), or podman's API service; it
-is removed with its volume when its fixture ends.
+Each suite's engine image is debootstrapped from Debian's own packages once per run (about two
+minutes, mostly downloads) and removed at the run's end (run_shared). An engine container runs
+dockerd with the containerd image store on (`features.containerd-snapshotter`, the default of
+a fresh Docker 29) or off (the classic store every Docker before 29 has), or podman's API
+service; it is removed with its volume when its fixture ends.
 """
 
 from __future__ import annotations
@@ -28,37 +29,39 @@ import pytest
 
 from helpers.run_shared import Made, once
 
-SUITE = "sid"
 MIRROR = "http://deb.debian.org/debian"
-PACKAGES = (
-    "docker.io",
-    "docker-cli",
-    "containerd",
-    "iptables",
-    "tini",
-    "ca-certificates",
-    "podman",
-)
+DOCKER_PACKAGES = ("docker.io", "docker-cli", "containerd", "iptables", "tini", "ca-certificates")
+# Debian suite -> what its engine image holds (both ship the CLI as docker-cli).
+SUITES = {"sid": (*DOCKER_PACKAGES, "podman"), "trixie": DOCKER_PACKAGES}
 SOCKET_DIR = "/run/sglx-engine"
 START_TIMEOUT = 90.0
 
 
-def engine_image(
+def engine_images(
     config: pytest.Config, tmp_path_factory: pytest.TempPathFactory, run_id: str
+) -> dict[str, str]:
+    """Each suite's engine image (SUITES), by suite: built beside the e2e
+    (helpers.worker_schedule)."""
+    return {suite: engine_image(config, tmp_path_factory, run_id, suite) for suite in SUITES}
+
+
+def engine_image(
+    config: pytest.Config, tmp_path_factory: pytest.TempPathFactory, run_id: str, suite: str
 ) -> str:
-    """The tag of the run's sid engine image, debootstrapped by the first process that asks
-    (or $SGLX_TEST_ENGINE_IMAGE, an image made so before, which the run leaves alone)."""
-    given = os.environ.get("SGLX_TEST_ENGINE_IMAGE")
+    """The tag of the run's engine image of a Debian `suite`, debootstrapped by the first
+    process that asks (or $SGLX_TEST_ENGINE_IMAGE_<SUITE>, an image made so before, which the
+    run leaves alone)."""
+    given = os.environ.get(f"SGLX_TEST_ENGINE_IMAGE_{suite.upper()}")
     if given:
         return given
 
     def make() -> Made:
-        root = tmp_path_factory.mktemp("engine-rootfs") / "rootfs"
-        tag = f"sglx-test/engine-sid:{run_id}"
+        root = tmp_path_factory.mktemp(f"engine-rootfs-{suite}") / "rootfs"
+        tag = f"sglx-test/engine-{suite}:{run_id}"
         try:
             subprocess.run(
-                ["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}", SUITE,
-                 str(root), MIRROR],
+                ["debootstrap", "--variant=minbase", f"--include={','.join(SUITES[suite])}",
+                 suite, str(root), MIRROR],
                 check=True, capture_output=True, text=True,
             )  # fmt: skip
             shutil.rmtree(root / "var/cache/apt/archives", ignore_errors=True)
@@ -73,13 +76,20 @@ def engine_image(
             shutil.rmtree(root, ignore_errors=True)
         return Made(value=tag, images=[tag])
 
-    return str(once(config, "engine-sid", make))
+    return str(once(config, f"engine-{suite}", make))
 
 
-# The engines the fixture runs: Docker on each image store, and podman (its Docker-compatible
-# API socket, `podman system service`, and its own CLI).
-KINDS = ("containerd-store", "classic-store", "podman")
-DOCKER_VERSION = "28.5.2+dfsg4"
+# The engines the fixture runs, by test id: (Debian suite, kind), the kind being Docker on one
+# image store or podman (its Docker-compatible API socket, `podman system service`, and its own
+# CLI).
+ENGINES: dict[str, tuple[str, str]] = {
+    "containerd-store": ("sid", "containerd-store"),
+    "classic-store": ("sid", "classic-store"),
+    "podman": ("sid", "podman"),
+    "docker-26": ("trixie", "classic-store"),
+}
+# The version each suite's dockerd reports.
+DOCKER_VERSIONS = {"sid": "28.5.2+dfsg4", "trixie": "26.1.5+dfsg1"}
 CONTAINERS_CONF = """[containers]
 netns = "none"
 [engine]
@@ -95,6 +105,7 @@ class SiteEngine:
 
     name: str
     kind: str
+    suite: str
     host: str
     container: Any
     shared: Path  # a host folder mounted at the same path inside (bundles, records)
@@ -107,13 +118,17 @@ class SiteEngine:
     def cli(self) -> str:
         return "podman" if self.kind == "podman" else "docker"
 
+    @property
+    def docker_version(self) -> str:
+        return DOCKER_VERSIONS[self.suite]
+
     def client(self) -> Any:
         import docker
 
         return docker.DockerClient(base_url=self.host, timeout=600)
 
     def sh(self, script: str, *args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
-        """`sh -c script` inside the engine's container, with its own CLI (Docker 28.5.2's, or
+        """`sh -c script` inside the engine's container, with its own CLI (its Docker's, or
         podman's, which install.sh takes with SGLX_ENGINE=podman)."""
         env = [f"DOCKER_HOST=unix://{SOCKET_DIR}/docker.sock", f"SGLX_ENGINE={self.cli}"]
         argv = ["docker", "exec", *(w for e in env for w in ("-e", e)), self.container.name,
@@ -123,10 +138,12 @@ class SiteEngine:
 
 @contextlib.contextmanager
 def site_engine(
-    docker: Any, image: str, name: str, folder: Path, kind: str
+    docker: Any, images: dict[str, str], name: str, folder: Path, engine: str
 ) -> Iterator[SiteEngine]:
-    """An engine of `kind` (KINDS) in a container of `image` named `name`; `folder` holds its
-    socket and the shared folder. Removed with its storage volume on exit."""
+    """The engine `engine` (ENGINES) in a container of its suite's image (`images`, by suite)
+    named `name`; `folder` holds its socket and the shared folder. Removed with its storage
+    volume on exit."""
+    suite, kind = ENGINES[engine]
     sockets = folder / "sockets"
     shared = folder / "shared"
     sockets.mkdir(parents=True)
@@ -160,7 +177,7 @@ def site_engine(
     # overlay drivers cannot work on the container's own overlay root.
     volumes[volume.name] = {"bind": "/var/lib", "mode": "rw"}
     container = docker.containers.run(
-        image,
+        images[suite],
         ["/usr/bin/tini", "--", *command],
         name=name,
         detach=True,
@@ -171,10 +188,10 @@ def site_engine(
         volumes=volumes,
     )
     host = f"unix://{sockets}/{socket.rsplit('/', 1)[1]}"
-    engine = SiteEngine(name, kind, host, container, shared)
+    site = SiteEngine(name, kind, suite, host, container, shared)
     try:
-        _wait_until_up(engine)
-        yield engine
+        _wait_until_up(site)
+        yield site
     finally:
         with contextlib.suppress(Exception):
             container.remove(force=True)

@@ -1,6 +1,7 @@
 """Bundles between this machine's Docker 20.10 and the engines sites run: Debian sid's Docker
 28.5.2 (containerd 2.1.9) with the containerd image store (the default of a fresh Docker 29)
-and with the classic store, and its podman 5.8, each in a container (helpers.site_engines).
+and with the classic store, its podman 5.8, and Debian trixie's Docker 26.1.5 (classic store),
+each in a container (helpers.site_engines).
 
 A tiny image of two layers goes each way: made into a bundle on 20.10 and installed on the
 site's engine by install.sh (with the site's own CLI, docker or podman, inside the engine's
@@ -30,7 +31,7 @@ from _pytest.outcomes import Failed
 from helpers.ansible_play import ansible_playbook
 from helpers.bundles import child_image, import_tiny_image
 from helpers.images_copy import copy_images, edit_yaml
-from helpers.site_engines import DOCKER_VERSION, KINDS, SiteEngine, engine_image, site_engine
+from helpers.site_engines import ENGINES, SiteEngine, engine_images, site_engine
 
 from sglx.bundle.manifest import dump, parse, render_sums, sha256_bytes
 
@@ -76,24 +77,25 @@ def made_here(tiny: dict[str, str], tmp_path_factory: pytest.TempPathFactory) ->
 
 
 @pytest.fixture(scope="module")
-def sid_engine_image(
+def site_engine_images(
     pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory, run_id: str
-) -> str:
-    """The engines' image: built once per run (beside the e2e, helpers.worker_schedule)."""
-    return engine_image(pytestconfig, tmp_path_factory, run_id)
+) -> dict[str, str]:
+    """The engines' images, by Debian suite: built once per run (beside the e2e,
+    helpers.worker_schedule)."""
+    return engine_images(pytestconfig, tmp_path_factory, run_id)
 
 
-@pytest.fixture(scope="module", params=KINDS)
+@pytest.fixture(scope="module", params=list(ENGINES))
 def site(
     request: pytest.FixtureRequest,
     docker: Any,
-    sid_engine_image: str,
+    site_engine_images: dict[str, str],
     run_id: str,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[SiteEngine]:
     folder = tmp_path_factory.mktemp(f"engine-{request.param}")
     name = f"sglx-test-engine-{request.param}-{run_id}"
-    with site_engine(docker, sid_engine_image, name, folder, request.param) as engine:
+    with site_engine(docker, site_engine_images, name, folder, request.param) as engine:
         yield engine
     shutil.rmtree(folder, ignore_errors=True)
 
@@ -383,12 +385,12 @@ def test_a_bundle_naming_its_config_digest_only_is_refused_before_loading_on_the
         return
     assert python.returncode == 2, python.stderr
     assert "names its image by its config digest only" in python.stderr
-    assert f"Docker {DOCKER_VERSION} (containerd image store)" in python.stderr
+    assert f"Docker {site.docker_version} (containerd image store)" in python.stderr
     assert "hint: re-create the bundle with this sglx" in python.stderr
     assert "Traceback" not in python.stderr
     assert script.returncode == 2, script.stderr
     assert "names its image by its config digest only" in script.stderr
-    assert f"{DOCKER_VERSION} (containerd image store)" in script.stderr
+    assert f"{site.docker_version} (containerd image store)" in script.stderr
     assert held == []  # nothing was loaded
 
 
@@ -420,4 +422,4 @@ def test_the_preflight_names_the_sites_engine_and_passes_it(
     if site.kind == "podman":
         assert named.startswith("podman 5.") and named.endswith("(classic image store)"), named
     else:
-        assert named == f"Docker {DOCKER_VERSION} ({site.kind.replace('-', ' image ')})"
+        assert named == f"Docker {site.docker_version} ({site.kind.replace('-', ' image ')})"
