@@ -24,7 +24,7 @@ With workers (`TEST_WORKERS=2`, `--dist loadfile`): a worker takes whole files, 
 module's fixtures are built once, on one worker. Files that share a state of the one Docker
 engine with another file are one unit, run in one worker in collection order (`SHARED`). The
 e2e module starts first, and the worker that does not run it yields the CPU to the one that
-does (`YIELDING_NICENESS`).
+does (`YIELDING_NICENESS`) until the e2e module is done.
 
 xdist's own grouping (`--dist loadgroup` and the `xdist_group` mark) is not used: with pytest
 9.2 it finds no group (xdist 3.8 writes the group into `Item._nodeid`, which pytest 9.2 no
@@ -33,6 +33,7 @@ longer reads), so the tests of one module went to both workers.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -109,7 +110,7 @@ def _cpu_chain_ahead(request: pytest.FixtureRequest) -> Iterator[None]:
         yield
         return
     from helpers.engine_fixtures import make_cpu_bundle, scan_cpu_bundle
-    from helpers.site_engines import engine_image
+    from helpers.site_engines import engine_images
     from helpers.vendor_images import (
         build_fixture_images,
         build_upstream_images,
@@ -125,7 +126,7 @@ def _cpu_chain_ahead(request: pytest.FixtureRequest) -> Iterator[None]:
         for fixture, build in (
             ("upstream_set", build_upstream_images),
             ("fixture_set", build_fixture_images),
-            ("sid_engine_image", engine_image),  # the site engines' (about two minutes)
+            ("site_engine_images", engine_images),  # the site engines' (two minutes each)
         )
         if fixture in used
     ]
@@ -154,16 +155,42 @@ def _cpu_chain_ahead(request: pytest.FixtureRequest) -> Iterator[None]:
 
 
 _first_test_seen = False
+_yielded_from: int | None = None  # this worker's niceness before it yielded, while it yields
+E2E_DONE = "e2e-done"  # a file in the run's shared folder: the e2e module has finished
+
+
+def _e2e_done(config: pytest.Config) -> Path:
+    from helpers.run_shared import shared_folder
+
+    return shared_folder(config) / E2E_DONE
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    """A worker whose first test is not the e2e module's runs niced from then on. The e2e
-    worker keeps its priority: its chain (cpu image, bundle) and servers gate the run's end,
-    while the other worker's work has room around them."""
-    global _first_test_seen
-    if _first_test_seen or not hasattr(item.config, "workerinput"):
+    """A worker whose first test is not the e2e module's runs niced from then on, until the
+    e2e module is done. The e2e worker keeps its priority: its chain (cpu image, bundle) and
+    servers gate the run's end, while the other worker's work has room around them. Once the
+    e2e is done, the rest of the run is both workers' own, and a worker still niced would get
+    a tenth of a core from any other process on the machine: it takes its priority back."""
+    global _first_test_seen, _yielded_from
+    if not hasattr(item.config, "workerinput"):
         return
-    _first_test_seen = True
-    if start_order(item, workers=True) != 0:
-        os.nice(YIELDING_NICENESS)
+    if not _first_test_seen:
+        _first_test_seen = True
+        if start_order(item, workers=True) != 0:
+            _yielded_from = os.getpriority(os.PRIO_PROCESS, 0)
+            os.nice(YIELDING_NICENESS)
+        return
+    if _yielded_from is not None and _e2e_done(item.config).exists():
+        with contextlib.suppress(PermissionError):  # lowering it takes root
+            os.setpriority(os.PRIO_PROCESS, 0, _yielded_from)
+        _yielded_from = None
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """The e2e worker marks the e2e module done after its last test."""
+    if not hasattr(item.config, "workerinput") or "e2e" not in item.path.parts:
+        return
+    if nextitem is None or nextitem.path != item.path:
+        _e2e_done(item.config).touch()
