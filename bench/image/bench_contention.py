@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench_image import wait_first_completion  # this folder is on sys.path when run as a script
+from bench_image import record, wait_first_completion  # this folder is on sys.path as a script
 
 from sglx.demo_model import make_demo_model
 from sglx_core.gate.bench import BenchSettings, bench_serving_argv, read_result
@@ -87,14 +87,8 @@ def main() -> int:
             load: medians["profile"][load] / medians["baseline"][load] for load in LOADS
         },
         "ratio_busy_over_quiet": {s: medians[s]["busy"] / medians[s]["quiet"] for s in SETTINGS},
-        "load_average_before": load_before,
-        "load_average_after": os.getloadavg(),
-        "cores": os.cpu_count(),
     }
-    if args.out:
-        args.out.write_text(json.dumps(results, indent=2) + "\n")
-    if args.json:
-        print(json.dumps(results, indent=2))
+    if record(results, load_before, args.out, args.json):
         return 0
     print("| server | quiet: output tok/s | one core busy | busy / quiet |\n|---|---|---|---|")
     for setting in SETTINGS:

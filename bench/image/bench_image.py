@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import platform
 import socket
 import sys
@@ -209,6 +210,23 @@ def _start_to_completion(client: Any, tag: str, bare: bool = False, model: str =
         return time.perf_counter() - started
     finally:
         container.remove(force=True)
+
+
+def record(
+    results: dict[str, Any], load_before: tuple[float, float, float], out: Path | None,
+    as_json: bool,
+) -> bool:  # fmt: skip
+    """`results` with the machine's load average before and after and its cores, written to
+    `out` and, with `as_json`, printed: True when printed (the caller's table is left out).
+    bench_contention.py and bench_metrics.py use it too."""
+    results.update(
+        load_average_before=load_before, load_average_after=os.getloadavg(), cores=os.cpu_count()
+    )
+    if out:
+        out.write_text(json.dumps(results, indent=2) + "\n")
+    if as_json:
+        print(json.dumps(results, indent=2))
+    return as_json
 
 
 def wait_first_completion(port: int, body: bytes, started: float, limit_s: float = 900) -> None:

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from bench_image import record  # this folder is on sys.path when run as a script
 
 from sglx.demo_model import make_demo_model
 from sglx_core.gate.bench import BenchSettings, bench_serving_argv, read_result
@@ -144,15 +145,8 @@ def main() -> int:
             round(on["output_tok_s"] / off["output_tok_s"], 3)
             for on, off in zip(runs["metrics on"], runs["metrics off"], strict=True)
         ],
-        "load_average_before": load_before,
-        "load_average_after": os.getloadavg(),
-        "cores": os.cpu_count(),
     }
-    if args.out:
-        args.out.write_text(json.dumps(results, indent=2) + "\n")
-    if args.json:
-        print(json.dumps(results, indent=2))
-    else:
+    if not record(results, load_before, args.out, args.json):
         print("| server | median output tok/s | runs |\n|---|---|---|")
         for kind in runs:
             figures = ", ".join(f"{r['output_tok_s']:.1f}" for r in runs[kind])
