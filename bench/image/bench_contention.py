@@ -33,10 +33,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench_image import record, wait_first_completion  # this folder is on sys.path as a script
+# this folder is on sys.path as a script
+from bench_image import record, served_rate, wait_first_completion
 
 from sglx.demo_model import make_demo_model
-from sglx_core.gate.bench import BenchSettings, bench_serving_argv, read_result
+from sglx_core.gate.bench import BenchSettings
 
 ENTRYPOINT = "/opt/sglx/venv/bin/sglx-serve"
 SETTINGS = {
@@ -133,12 +134,7 @@ def serve(
 
 def _bench(port: int, work: Path, tokenizer: Path, workload: BenchSettings) -> float:
     out = work / f"bench-{port}-{time.monotonic_ns()}.jsonl"
-    argv = bench_serving_argv(
-        workload, host="127.0.0.1", port=port, tokenizer_path=str(tokenizer),
-        output_file=str(out), python=sys.executable,
-    )  # fmt: skip
-    subprocess.run(argv, check=True, capture_output=True, timeout=3600)
-    return float(read_result(out, settings=workload).output_tok_s)
+    return float(served_rate(workload, port, tokenizer, out).output_tok_s)
 
 
 if __name__ == "__main__":

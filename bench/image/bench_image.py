@@ -35,6 +35,7 @@ import json
 import os
 import platform
 import socket
+import subprocess
 import sys
 import time
 import urllib.request
@@ -42,6 +43,8 @@ import uuid
 import zipfile
 from pathlib import Path
 from typing import Any
+
+from sglx_core.gate.bench import BenchResult, BenchSettings, bench_serving_argv, read_result
 
 REPO = Path(__file__).resolve().parents[2]
 PLUGIN_FILE = REPO / "plugin" / "sglx_platform" / "failures.py"
@@ -227,6 +230,20 @@ def record(
     if as_json:
         print(json.dumps(results, indent=2))
     return as_json
+
+
+def served_rate(
+    settings: BenchSettings, port: int, tokenizer: Path, out: Path, timeout_s: float = 3600
+) -> BenchResult:
+    """sglang's own bench_serving run with the serving gate's workload `settings` at
+    127.0.0.1:`port`, its result file `out` read back: bench_contention.py and bench_metrics.py
+    measure the same way."""
+    argv = bench_serving_argv(
+        settings, host="127.0.0.1", port=port, tokenizer_path=str(tokenizer),
+        output_file=str(out), python=sys.executable,
+    )  # fmt: skip
+    subprocess.run(argv, check=True, capture_output=True, timeout=timeout_s)
+    return read_result(out, settings=settings)
 
 
 def wait_first_completion(port: int, body: bytes, started: float, limit_s: float = 900) -> None:

@@ -35,10 +35,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from bench_image import record  # this folder is on sys.path when run as a script
+from bench_image import record, served_rate  # this folder is on sys.path when run as a script
 
 from sglx.demo_model import make_demo_model
-from sglx_core.gate.bench import BenchSettings, bench_serving_argv, read_result
+from sglx_core.gate.bench import BenchSettings
 from sglx_core.profile import load_profile
 
 BIN = Path(sys.executable).parent
@@ -102,12 +102,7 @@ def serve_once(work: Path, model: Path, extra: dict[str, str]) -> dict[str, Any]
         warm = {"model": "demo", "prompt": "Hello", "max_tokens": 4, "temperature": 0}
         _get(base + "/v1/completions", warm, timeout=120)
         out = work / f"bench-{port}.jsonl"
-        argv = bench_serving_argv(
-            SETTINGS, host="127.0.0.1", port=port, tokenizer_path=str(model),
-            output_file=str(out), python=sys.executable,
-        )  # fmt: skip
-        subprocess.run(argv, check=True, capture_output=True, timeout=1200)
-        result = read_result(out, settings=SETTINGS)
+        result = served_rate(SETTINGS, port, model, out, timeout_s=1200)
         try:
             has_metrics = b"sglx_info" in _get(base + "/metrics", timeout=30)
         except OSError:

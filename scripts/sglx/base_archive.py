@@ -402,7 +402,8 @@ def _indexed_digest(
 
     if not leads_to_config(manifests[0], image_id, read, "index.json manifests[0]"):
         raise _invalid(archive, "index.json and manifest.json name different images")
-    return f"sha256:{_descriptor(archive, manifests[0], 'index.json manifests[0]')[2]}"
+    # the walk's first read checked this descriptor (sha256:<64 hex digits>)
+    return str(manifests[0]["digest"])
 
 
 def _descriptor(archive: Path, value: Any, where: str) -> tuple[str, int, str]:
