@@ -66,7 +66,7 @@ unit: ## Run the unit tests only (no Docker engine needed)
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
 
 lint: lint-static ## lint-static, then shellcheck of the install.sh sglx renders
-	$(BIN)/pytest -q -p no:cacheprovider tests/unit/test_install_sh_shellcheck.py
+	$(BIN)/pytest -q -p no:cacheprovider tests/unit/bundle/test_install_sh_shellcheck.py
 
 lint-static: setup ## ruff (lint and format check), mypy, the import layering contracts, ansible-lint (production profile), promtool, and the drift checks of the Ansible vars, Prometheus rules, Grafana dashboard and bundle.json schema
 	$(BIN)/ruff check .

@@ -17,7 +17,7 @@ DOCKERD_LOG=${DOCKERD_LOG:-/var/log/sglx-dockerd.log}
 # pax-utils (lddtree), the baseline bench/scan compares against, and the site registry's
 # docker-registry and skopeo (role sglx_registry, tests/integration/test_site_registry.py),
 # prometheus for its promtool (the rules' checks and tests; its daemon is not started), and the
-# linter shellcheck for the install.sh sglx renders (tests/unit/test_install_sh_shellcheck.py),
+# linter shellcheck for the install.sh sglx renders (tests/unit/bundle/test_install_sh_shellcheck.py),
 # and busybox, whose sh is one of the three install.sh runs under in the tests (with dash and
 # bash).
 APT_PACKAGES=(docker.io debootstrap pax-utils skopeo docker-registry prometheus shellcheck busybox)

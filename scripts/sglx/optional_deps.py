@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from sglx_core.errors import SglxError
 
 # Import name -> (distribution, extra), one row per distribution of pyproject.toml's [host]
-# extra; tests/unit/test_cli_errors.py checks that the two agree.
+# extra; tests/unit/cli/test_cli_errors.py checks that the two agree.
 OPTIONAL_MODULES: dict[str, tuple[str, str]] = {
     "cryptography": ("cryptography", "host"),
     "cvss": ("cvss", "host"),

@@ -16,7 +16,7 @@ the install step is checked by its verification report on each host (install.sh 
 file there) and by the image id each host's unit runs; and a delta's parent layers are always
 there (the first version's image, which both hosts run), so a delta on a host without them is
 not met here: tests/integration/test_bundle_delta.py refuses one on the real engine, and
-tests/unit/test_ansible_bundle_delta.py through bundle_install. The hosts are configured
+tests/unit/ansible/test_ansible_bundle_delta.py through bundle_install. The hosts are configured
 with gfx942's variables on fixture device nodes (preflight checks them as gfx942 hosts), while
 the server they run is the cpu bundle's (no GPU here), so rollout and acceptance use the cpu
 profile.

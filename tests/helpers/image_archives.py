@@ -1,5 +1,7 @@
 """Small image archives made by hand with tarfile: a valid docker-archive or OCI layout of a
-one-file image, and the pieces to break them in the ways `sglx base load` must refuse."""
+one-file image, and the pieces to break them in the ways `sglx base load` must refuse; and
+layers of a file tree (whiteouts, links, devices) in the docker-archive the scan and the
+bundle tests read (`tree_layer`, `docker_archive`)."""
 
 from __future__ import annotations
 
@@ -7,11 +9,12 @@ import hashlib
 import io
 import json
 import tarfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 Member = tuple[tarfile.TarInfo, bytes | None]
+TreeMember = tuple[str, str, bytes | str | None]  # (name, kind, data or link target)
 
 
 def layer_tar(content: bytes = b"hello from sglx\n", name: str = "hello.txt") -> bytes:
@@ -154,4 +157,47 @@ def with_sidecar(path: Path) -> Path:
     """Write PATH.sha256 in sha256sum format next to `path`."""
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     path.with_name(path.name + ".sha256").write_text(f"{digest}  {path.name}\n")
+    return path
+
+
+def tree_layer(members: Sequence[TreeMember]) -> bytes:
+    """One layer tar of a file tree: kinds are file, dir, symlink, hardlink, chardev."""
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as tar:
+        for name, kind, data in members:
+            info = tarfile.TarInfo(name)
+            payload = None
+            if kind == "file":
+                payload = data if isinstance(data, bytes) else str(data or "").encode()
+                info.size = len(payload)
+                info.mode = 0o755
+            elif kind == "dir":
+                info.type = tarfile.DIRTYPE
+                info.mode = 0o755
+            elif kind == "symlink":
+                info.type, info.linkname = tarfile.SYMTYPE, str(data)
+            elif kind == "hardlink":
+                info.type, info.linkname = tarfile.LNKTYPE, str(data)
+            elif kind == "chardev":
+                info.type, info.devmajor, info.devminor = tarfile.CHRTYPE, 1, 3
+            tar.addfile(info, None if payload is None else io.BytesIO(payload))
+    return out.getvalue()
+
+
+def docker_archive(path: Path, layers: Sequence[bytes], env: Sequence[str] = ()) -> Path:
+    """A `docker save`-format archive of one image tagged fixture-scan:test (manifest.json,
+    config JSON, one tar per layer), written to `path`."""
+    config = {"architecture": "amd64", "os": "linux", "config": {"Env": list(env)}}
+    files = {"config.json": json.dumps(config).encode()}
+    names = []
+    for i, data in enumerate(layers):
+        names.append(f"layer{i}/layer.tar")
+        files[names[-1]] = data
+    manifest = [{"Config": "config.json", "RepoTags": ["fixture-scan:test"], "Layers": names}]
+    files["manifest.json"] = json.dumps(manifest).encode()
+    with tarfile.open(path, "w") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
     return path

@@ -108,7 +108,7 @@ def test_install_sh_installs_on_a_host_without_python(
     )
     assert code == 0, logs
     # The cpu base has openssl (Debian's ca-certificates depends on it), so install.sh hashes
-    # with it; tests/unit/test_install_sh_hasher.py runs the sha256sum fallback.
+    # with it; tests/unit/bundle/test_install_sh_hasher.py runs the sha256sum fallback.
     assert re.search(
         r"^install\.sh: checking \d+ files against SHA256SUMS \(openssl\)$", logs, re.M
     )

@@ -1,7 +1,7 @@
 """`sglx scan --image` and `--bundle` against the real Docker engine.
 
 Fixture images are made with `docker import` from a root built here (gcc-built ROCm stand-ins,
-see `fixture_rocm` in tests/unit/test_scan_support.py): `sglx-test/fixture-rocm:<run_id>` is
+see `fixture_rocm` in tests/unit/scan/test_scan_support.py): `sglx-test/fixture-rocm:<run_id>` is
 complete for gfx942, `sglx-test/fixture-rocm-nohip:<run_id>` lacks the HIP runtime. Both carry
 ENV LD_LIBRARY_PATH=/opt/extra, which one library needs to resolve. Images and archives are
 removed at the end.
@@ -20,7 +20,7 @@ import pytest
 
 pytestmark = pytest.mark.docker
 CliJson = Callable[..., tuple[int, dict[str, Any]]]
-UNIT_TESTS = Path(__file__).resolve().parents[1] / "unit"
+UNIT_TESTS = Path(__file__).resolve().parents[1] / "unit" / "scan"
 
 
 def support() -> Any:

@@ -1,0 +1,98 @@
+"""The layering contracts `make lint` checks (`lint-imports`, pyproject's [tool.importlinter]):
+the plugin and the kernels stand on sglx_core only, the core on nothing of sglx's, the scan on
+no bundle layout, and the host tool's packages in layers.
+
+Shown on a copy of the packages, so the contract is seen to break, naming the import, when a
+plugin module imports the host tool, and to hold on the tree as it is."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[3]
+LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
+PACKAGES = {
+    "sglx": "scripts",
+    "sglx_core": "scripts",
+    "sglx_platform": "plugin",
+    "sglx_kernels": "kernels",
+}
+
+
+def copy_packages(dest: Path) -> list[Path]:
+    """The four packages' *.py files under dest/<folder>/<package>; their sys.path entries."""
+    for package, folder in PACKAGES.items():
+        shutil.copytree(
+            REPO / folder / package,
+            dest / folder / package,
+            ignore=lambda _d, names: [n for n in names if n == "__pycache__" or (
+                "." in n and not n.endswith(".py"))],
+        )  # fmt: skip
+    shutil.copy2(REPO / "pyproject.toml", dest / "pyproject.toml")
+    return sorted({dest / folder for folder in PACKAGES.values()})
+
+
+def lint_imports(root: Path, paths: list[Path]) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, paths))}
+    return subprocess.run(
+        [str(LINT_IMPORTS), "--config", str(root / "pyproject.toml"), "--no-cache"],
+        cwd=root, env=env, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> tuple[Path, list[Path]]:
+    return tmp_path, copy_packages(tmp_path)
+
+
+def test_the_tree_keeps_every_contract(tree: tuple[Path, list[Path]]) -> None:
+    root, paths = tree
+    done = lint_imports(root, paths)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "0 broken" in done.stdout
+
+
+def test_a_plugin_import_of_the_host_tool_breaks_the_contract(
+    tree: tuple[Path, list[Path]],
+) -> None:
+    root, paths = tree
+    probe = root / "plugin" / "sglx_platform" / "contract_probe.py"
+    probe.write_text('"""A temporary import outside the core."""\n\nimport sglx.bundle.create\n')
+    done = lint_imports(root, paths)
+    assert done.returncode != 0, done.stdout
+    assert "the plugin and the kernels import the core only, never the host tool BROKEN" in (
+        done.stdout
+    )
+    assert "sglx_platform.contract_probe -> sglx.bundle.create" in done.stdout
+
+
+def test_a_core_import_of_the_plugin_breaks_the_contract(tree: tuple[Path, list[Path]]) -> None:
+    root, paths = tree
+    (root / "scripts" / "sglx_core" / "contract_probe.py").write_text("import sglx_platform\n")
+    done = lint_imports(root, paths)
+    assert done.returncode != 0, done.stdout
+    assert "the core imports neither the host tool nor the plugin BROKEN" in done.stdout
+
+
+def test_a_scan_import_of_the_bundle_breaks_the_scan_and_the_layers(
+    tree: tuple[Path, list[Path]],
+) -> None:
+    """The one arrow that ran back up (scan -> the bundle layout) is pinned twice: by name, and
+    by the host tool's layers (bundle sits above scan)."""
+    root, paths = tree
+    probe = root / "scripts" / "sglx" / "scan" / "contract_probe.py"
+    probe.write_text("import sglx.bundle.layout\n")
+    done = lint_imports(root, paths)
+    assert done.returncode != 0, done.stdout
+    broken = [line for line in done.stdout.splitlines() if line.endswith(" BROKEN")]
+    assert broken == [
+        "the scan knows no bundle layout: sglx.scan imports nothing of sglx.bundle BROKEN",
+        "the host tool's layers: cli, command groups, image, build steps, shared modules BROKEN",
+    ]
+    assert "sglx.scan.contract_probe -> sglx.bundle.layout" in done.stdout
