@@ -20,6 +20,7 @@ import contextlib
 import hashlib
 import json
 import os
+import shlex
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -162,6 +163,63 @@ def test_sglx_bundle_install_through_the_sites_socket(copy_of: Path, site: SiteE
     again = sglx(*args, "--json", host=site.host)
     assert again.returncode == 0, again.stdout + again.stderr
     assert json.loads(again.stdout)["data"]["steps"]["image"]["status"] == "skipped"
+
+
+def test_on_podman_the_start_is_a_quadlet_unit_that_podmans_generator_runs_as_printed(
+    copy_of: Path, site: SiteEngine
+) -> None:
+    """Issue 39 item 3: `sglx bundle install --quadlet DIR` writes the server's start as a
+    Quadlet unit (sglx.quadlet), and podman's own generator (`quadlet -dryrun`, inside the
+    engine's container) turns it into a service whose `podman run` passes every option, the
+    image and the server's arguments of the printed start line."""
+    if site.kind != "podman":
+        pytest.skip("a Quadlet unit is podman's")
+    units = site.shared / "quadlet"
+    args = ["bundle", "install", str(copy_of), "--no-scan", "--state", str(site.shared / "state")]
+    done = sglx(*args, "--quadlet", str(units), "--json", host=site.host)
+    assert done.returncode == 0, done.stdout + done.stderr
+    data = json.loads(done.stdout)["data"]
+    unit = Path(data["quadlet"])
+    assert unit.parent == units and unit.suffix == ".container" and unit.is_file()
+    generator = (
+        "q=$(command -v quadlet || echo /usr/libexec/podman/quadlet); "
+        'QUADLET_UNIT_DIRS="$1" "$q" -dryrun'
+    )
+    generated = site.sh(generator, str(units), check=True).stdout
+    (line,) = [x for x in generated.splitlines() if x.startswith("ExecStart=")]
+    podman_run = [
+        w.replace("%%", "%").replace("$$", "$")
+        for w in shlex.split(line.removeprefix("ExecStart="))
+    ]
+    printed = data["docker_run"]
+    assert printed[:2] == ["podman", "run"]
+    image = printed.index(json.loads((copy_of / "bundle.json").read_text())["image"]["ref"])
+    wanted = _option_pairs(printed[2:image])
+    wanted -= {("--restart", "on-failure")}  # systemd restarts the service (Restart=)
+    assert wanted <= _option_pairs(podman_run[2:]), (wanted - _option_pairs(podman_run[2:]), line)
+    assert podman_run[-len(printed[image:]) :] == printed[image:]  # the image, then its arguments
+    assert "Restart=on-failure" in generated
+    shutil.rmtree(units)
+
+
+# Quadlet writes some options under their long names; both sides are compared in these.
+_LONG = {"-e": "--env", "-p": "--publish", "--volume": "-v"}
+
+
+def _option_pairs(words: list[str]) -> set[tuple[str, str]]:
+    """The (option, value) pairs of a run line's options; `-d` and the like stand alone."""
+    pairs: set[tuple[str, str]] = set()
+    rest = iter(words)
+    for word in rest:
+        flag, sep, value = word.partition("=") if word.startswith("--") else (word, "", "")
+        if not word.startswith("-"):
+            break
+        if not sep:
+            if flag in {"-d", "--rm", "--replace"}:
+                continue
+            value = next(rest)
+        pairs.add((_LONG.get(flag, flag), value))
+    return pairs
 
 
 def test_sglx_base_load_reads_the_sites_save_and_loads_through_its_socket(

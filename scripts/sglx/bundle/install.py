@@ -23,7 +23,7 @@ import time
 import uuid
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sglx.bundle import layout
 from sglx.bundle.carried_spec import CarriedSpec, own_roots, read_carried_spec
@@ -34,7 +34,7 @@ from sglx.bundle.hashed_files import copy_hashed, require_space
 from sglx.bundle.image_archive import layer_findings
 from sglx.bundle.manifest import BundleManifest, parse, sha256_bytes
 from sglx.bundle.record import InstallRecord
-from sglx.bundle.run_line import docker_run_line
+from sglx.bundle.run_line import start_site
 from sglx.bundle.scan_report import not_scanned, report_findings
 from sglx.bundle.signing import site_weights_signer
 from sglx.bundle.verify import SignaturePolicy, check_files, read_manifest_bytes
@@ -52,9 +52,12 @@ from sglx.progress import Progress
 from sglx_core.engines import Engine
 from sglx_core.errors import SglxError
 from sglx_core.jit_cache import ROOT_ENV
-from sglx_core.output_files import make_folders
+from sglx_core.output_files import atomic_write_text, make_folders
 from sglx_core.report import Finding, Result, Table
 from sglx_core.sizes import human_bytes
+
+if TYPE_CHECKING:
+    from sglx.run_spec import RunSpec, Site
 
 STATE_MARGIN = 1 << 20
 
@@ -78,6 +81,8 @@ class InstallOptions:
     # The key the weights must be signed with (OMS); None = $SGLX_WEIGHTS_SIGNER, else the
     # site's file (sglx.bundle.signing.site_weights_signer), else no signature asked.
     weights_signer: Path | None = None
+    # Where to write the server's podman Quadlet unit (sglx.quadlet); None = not written.
+    quadlet: Path | None = None
 
 
 @dataclass
@@ -182,7 +187,7 @@ def _install(bundle: Path, options: InstallOptions, progress: Progress) -> Resul
     record.finish()
     result = _result(
         bundle, spec, manifest, steps, weights_target, options.jit_root, plan.store_root,
-        cli=plan.engine.cli, bundle_digest=record.digest,
+        cli=plan.engine.cli, bundle_digest=record.digest, quadlet=options.quadlet,
     )  # fmt: skip
     return _with_record(result, record)
 
@@ -197,6 +202,7 @@ def _outputs_outside(bundle: Path, options: InstallOptions) -> None:
         ("weights folder (--weights-dir)", options.weights_dir),
         ("weights store (--models-root)", options.models_root),
         ("JIT cache root (--jit-root)", options.jit_root),
+        ("Quadlet folder (--quadlet)", options.quadlet),
     ):
         if path is None:
             continue
@@ -500,14 +506,24 @@ def _result(
     store_root: Path | None = None,
     cli: str = "docker",
     bundle_digest: str | None = None,
+    quadlet: Path | None = None,
 ) -> Result:
     """The report; the start line names the engine's CLI (`cli`: docker, or podman) and the
-    bundle (`bundle_digest`, its install record's key) it came from."""
+    bundle (`bundle_digest`, its install record's key) it came from. With `quadlet`, the same
+    start as a podman Quadlet unit, written into that folder."""
+    from sglx.run_spec import docker_run_words
+
     redone = [name for name, row in steps.rows.items() if row["status"] == "done"]
-    run, why_not, jit = docker_run_line(
-        spec, manifest, weights, jit_root, store_root, bundle_digest=bundle_digest
-    )
-    run = [cli, *run[1:]] if run else run
+    found = start_site(spec, manifest, weights, jit_root, store_root, bundle_digest)
+    run: list[str] = []
+    why_not, jit, unit = "", None, None
+    if isinstance(found, str):
+        why_not = found + (" (and no Quadlet unit)" if quadlet is not None else "")
+    else:
+        run_spec, site, jit = found
+        run = [cli, *docker_run_words(run_spec, site)[1:]]
+        if quadlet is not None:
+            unit = _write_quadlet(quadlet, run_spec, site)
     rows = tuple((name, row["status"], row["detail"]) for name, row in steps.rows.items())
     lines = [
         "nothing to do: every step was done before" if not redone else "installed",
@@ -515,6 +531,10 @@ def _result(
         if jit
         else "",
         "start the server with: " + shlex.join(run) if run else why_not,
+        f"or under systemd, through podman's Quadlet: {unit} (systemctl daemon-reload, then "
+        f"systemctl start {unit.stem})"
+        if unit
+        else "",
     ]
     return Result(
         ("bundle", "install"),
@@ -525,11 +545,22 @@ def _result(
             "steps": steps.rows,
             "redone": redone,
             "docker_run": run,
+            "quadlet": None if unit is None else str(unit),
             "jit_cache": jit,
         },
         tables=(Table(("step", "status", "detail"), rows, title=f"install of {bundle}"),),
         lines=tuple(line for line in lines if line),
     )
+
+
+def _write_quadlet(folder: Path, spec: RunSpec, site: Site) -> Path:
+    """The start as podman's Quadlet unit `<folder>/<container name>.container` (root-owned
+    units are world-readable: 0644), written atomically."""
+    from sglx.quadlet import quadlet_unit
+
+    unit = folder / f"{site.name}.container"
+    atomic_write_text(unit, quadlet_unit(spec, site), label="Quadlet unit", mode=0o644)
+    return unit
 
 
 def _with_record(result: Result, record: InstallRecord) -> Result:

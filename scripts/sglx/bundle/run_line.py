@@ -1,17 +1,21 @@
-"""The `docker run` line `sglx bundle install` prints: the bundle's own run spec
-(meta/run.json) with this host's group ids, the weights' folder or store entry, and the JIT
-cache folder it mounts, created here."""
+"""The `docker run` line `sglx bundle install` prints, and the podman Quadlet unit it writes on
+request (sglx.quadlet): the bundle's own run spec (meta/run.json) with this host's group ids,
+the weights' folder or store entry, and the JIT cache folder it mounts, created here."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sglx.bundle import layout
 from sglx.bundle.carried_spec import CarriedSpec
 from sglx.bundle.manifest import BundleManifest
 from sglx_core.errors import SglxError
 from sglx_core.jit_cache import ROOT_ENV
+
+if TYPE_CHECKING:
+    from sglx.run_spec import RunSpec, Site
 
 
 def docker_run_line(
@@ -27,20 +31,31 @@ def docker_run_line(
     the image id and `bundle_digest` (of its bundle.json) in the server's environment, and the
     JIT cache folder it mounts, created here (None for a spec without one); or no line and the
     reason (a bundle older than meta/run.json, a group the host lacks)."""
-    from sglx.run_spec import (
-        RunSpec,
-        Site,
-        docker_run_words,
-        host_gids,
-        jit_folder,
-        make_lock_folder,
-    )
+    from sglx.run_spec import docker_run_words
+
+    found = start_site(spec, manifest, weights, jit_root, store_root, bundle_digest)
+    if isinstance(found, str):
+        return [], found, None
+    run, site, folder = found
+    return docker_run_words(run, site), "", folder
+
+
+def start_site(
+    spec: CarriedSpec,
+    manifest: BundleManifest,
+    weights: Path | None,
+    jit_root: Path | None = None,
+    store_root: Path | None = None,
+    bundle_digest: str | None = None,
+) -> tuple[RunSpec, Site, str | None] | str:
+    """The bundle's run spec and this host's part of the start (`docker_run_line` says what it
+    holds), the JIT cache and device-init lock folders created here; or why there is none."""
+    from sglx.run_spec import RunSpec, Site, host_gids, jit_folder, make_lock_folder
 
     if jit_root is None and (env := os.environ.get(ROOT_ENV)):
         jit_root = Path(env)
     if spec.data is None and spec.problem is None:
-        why = f"no start line: the bundle has no {layout.RUN_SPEC} (made by an older sglx)"
-        return [], why, None
+        return f"no start line: the bundle has no {layout.RUN_SPEC} (made by an older sglx)"
     try:
         if spec.problem is not None:
             raise spec.problem
@@ -60,12 +75,11 @@ def docker_run_line(
             bundle_digest=bundle_digest,
         )
     except SglxError as exc:
-        why = f"no start line: {exc.message} ({exc.hint})" if exc.hint else exc.message
-        return [], why, None
+        return f"no start line: {exc.message} ({exc.hint})" if exc.hint else exc.message
     folder = jit_folder(run, site)
     if folder is not None:
         from sglx.run_spec import make_jit_folder
 
         make_jit_folder(run, folder)
     make_lock_folder(run)
-    return docker_run_words(run, site), "", folder
+    return run, site, folder

@@ -235,6 +235,14 @@ def register(
         help="install a bundle that carries no scan report (made with --no-scan), or one whose "
         "report has findings: without it, either is a finding and nothing is installed",
     )
+    p.add_argument(
+        "--quadlet",
+        type=Path,
+        metavar="DIR",
+        help="also write the server's start as a podman Quadlet unit, DIR/sglx-ARCH.container "
+        "(rootful: /etc/containers/systemd; then systemctl daemon-reload and systemctl start "
+        "sglx-ARCH)",
+    )
     p.set_defaults(func=_cmd_bundle_install)
 
     p = verbs.add_parser(
@@ -440,5 +448,6 @@ def _cmd_bundle_install(args: argparse.Namespace) -> Result:
         replace_weights=args.replace_weights,
         no_scan=args.no_scan,
         weights_signer=args.weights_signer,
+        quadlet=args.quadlet,
     )
     return install_bundle(args.bundle, options, Progress("bundle install", quiet=args.quiet))

@@ -67,3 +67,10 @@ def test_a_jit_root_inside_the_bundle_is_refused(tmp_path: Path) -> None:
     options = InstallOptions(state=tmp_path / "state", jit_root=bundle / "jit")
     with pytest.raises(SglxError, match=r"JIT cache root \(--jit-root\) .* is inside the bundle"):
         _outputs_outside(bundle, options)
+
+
+def test_a_quadlet_folder_inside_the_bundle_is_refused(tmp_path: Path) -> None:
+    bundle = _bundle(tmp_path).path.parent.parent
+    options = InstallOptions(state=tmp_path / "state", quadlet=bundle / "units")
+    with pytest.raises(SglxError, match=r"Quadlet folder \(--quadlet\) .* is inside the bundle"):
+        _outputs_outside(bundle, options)
