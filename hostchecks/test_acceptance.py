@@ -52,7 +52,7 @@ from sglx_core.jit_cache import host_folder
 pytestmark = pytest.mark.acceptance
 
 ROLLOUT = "run rollout.yml for this host"
-# sglx_platform.serving.PROFILE_ENV: the name sglx-serve gives the server (the checks do not
+# sglx_runtime.serving.PROFILE_ENV: the name sglx-serve gives the server (the checks do not
 # import the plugin, which runs in the image).
 SERVING_PROFILE_ENV = "SGLX_SERVING_PROFILE"
 # A passed check's detail, shown by `sglx hosts check` (sglx.hosts.junit reads it back).
@@ -380,7 +380,7 @@ def test_served_numerics(host: Any, facts: HostFacts, record_property: Any) -> N
     on_host = inspect["HostConfig"]["NetworkMode"] == "host"
     port = facts["sglang_service_host_port" if on_host else "sglang_service_port"]
     url = f"http://127.0.0.1:{port}"
-    done = docker(host, "exec", facts.container, "python", "-m", "sglx_platform.golden_replay",
+    done = docker(host, "exec", facts.container, "python", "-m", "sglx_runtime.golden_replay",
                   "--url", url, "--host", facts.name, "--json")  # fmt: skip
     try:
         report = json.loads(done.stdout)

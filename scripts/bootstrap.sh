@@ -122,7 +122,8 @@ ensure_venv() {
   fi
   # Reinstall only when a file that defines the environment changed.
   local stamp="$VENV/.sglx-setup" want
-  want=$(cat pyproject.toml plugin/pyproject.toml kernels/pyproject.toml scripts/bootstrap.sh \
+  want=$(cat pyproject.toml plugin/pyproject.toml runtime/pyproject.toml kernels/pyproject.toml \
+         scripts/bootstrap.sh \
          bundles/locks/cpu.txt bundles/locks/ansible.txt | sha256sum | cut -d' ' -f1)
   if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
     say "venv $VENV is up to date"
@@ -134,8 +135,8 @@ ensure_venv() {
   # --no-compile, then one compileall over every core: pip compiles each wheel's bytecode in
   # one process, about twice as long on two cores (the image's deps step does the same).
   pip_quietly install --no-compile --no-deps --require-hashes -r bundles/locks/cpu.txt
-  say "installing sglx, sglx-platform and sglx-kernels (editable, with dev dependencies) into $VENV"
-  pip_quietly install --no-compile -e '.[dev]' -e './plugin[dev]' -e './kernels[dev]'
+  say "installing sglx, sglx-platform, sglx-runtime and sglx-kernels (editable, with dev dependencies) into $VENV"
+  pip_quietly install --no-compile -e '.[dev]' -e './plugin[dev]' -e './runtime[dev]' -e './kernels[dev]'
   say "installing ansible-core and ansible-lint (bundles/locks/ansible.txt, hash-pinned) into $VENV"
   pip_quietly install --no-compile --no-deps --require-hashes -r bundles/locks/ansible.txt
   say "compiling the venv's bytecode"

@@ -11,8 +11,8 @@ times, one after the other in that container, what the `sglang_service` role's h
 
 a. the health check alone, the baseline: container start -> GET /health answers 200 (polled
    each second, as the `sglx_health` module does) -> a one-token completion;
-b. the golden replay: `docker exec C python -m sglx_platform.golden_replay --url ... --json`;
-c. the speed gate measuring: `docker exec -i C python -m sglx_platform.speed_gate ... --peers -`
+b. the golden replay: `docker exec C python -m sglx_runtime.golden_replay --url ... --json`;
+c. the speed gate measuring: `docker exec -i C python -m sglx_runtime.speed_gate ... --peers -`
    with no records on stdin, so sglang's bench_serving runs;
 d. the speed gate judging again: the same command given (c)'s record as this host's own
    (`{HOST: RECORD_TEXT}`) and `--started-at` the container's State.StartedAt, so the record
@@ -66,8 +66,8 @@ TARGET_S = 60.0
 HOST = "bench-host"
 """The host name the gate reports and its record carries."""
 OVERLAY = (
-    ("plugin/sglx_platform/speed_gate.py", "sglx_platform/speed_gate.py"),
-    ("plugin/sglx_platform/golden_replay.py", "sglx_platform/golden_replay.py"),
+    ("runtime/sglx_runtime/speed_gate.py", "sglx_runtime/speed_gate.py"),
+    ("runtime/sglx_runtime/golden_replay.py", "sglx_runtime/golden_replay.py"),
     ("scripts/sglx_core/gate/speed.py", "sglx_core/gate/speed.py"),
     ("scripts/sglx_core/gate/speed_record.py", "sglx_core/gate/speed_record.py"),
     ("scripts/sglx_core/profile/schema.py", "sglx_core/profile/schema.py"),
@@ -176,10 +176,10 @@ def _one_run(client: Any, tag: str, model: str, overlay: bool) -> dict[str, Any]
         container.reload()
         state = container.attrs
         replay_s, replay = _gate(
-            container, ["sglx_platform.golden_replay", "--url", url, "--host", HOST, "--json"]
+            container, ["sglx_runtime.golden_replay", "--url", url, "--host", HOST, "--json"]
         )
         speed = [
-            "sglx_platform.speed_gate",
+            "sglx_runtime.speed_gate",
             "--url",
             url,
             "--host",

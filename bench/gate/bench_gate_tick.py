@@ -10,7 +10,7 @@ build makes it (transformers on CPU in float32). Then, alternated, `--runs` time
 
 a. the baseline: a health probe, `python -c` opening GET /health once (what any liveness check
    pays: a Python start and one request);
-b. the timer's run: `python -m sglx_platform.gate_tick --url URL --golden FILE` (health and the
+b. the timer's run: `python -m sglx_runtime.gate_tick --url URL --golden FILE` (health and the
    golden-numerics replay, and the series rendered), what `docker exec` starts in the server's
    container on each tick (the exec itself, a few tens of milliseconds of dockerd, is not
    counted here).
@@ -110,7 +110,7 @@ def main() -> int:
                                  "import sys, urllib.request; "
                                  f"sys.exit(urllib.request.urlopen('{base}/health', "
                                  "timeout=10).status != 200)"],
-                "timer run": [sys.executable, "-m", "sglx_platform.gate_tick", "--url", base,
+                "timer run": [sys.executable, "-m", "sglx_runtime.gate_tick", "--url", base,
                               "--golden", str(golden), "--interval", str(PERIOD_S)],
             }  # fmt: skip
             for n in range(args.runs):

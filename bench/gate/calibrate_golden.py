@@ -7,7 +7,7 @@ transformers reference, on a real sglang server on CPU.
 Makes the sglx demo model (float32) unless --model is given, builds its golden file
 (sglx.gate.golden_build), then for each variant starts `python -m sglang.launch_server` from this
 venv on 127.0.0.1 with the sglx platform and the cpu profile (as tests/integration/
-test_cpu_server.py does), replays the golden file (sglx_platform.golden_replay) and records the
+test_cpu_server.py does), replays the golden file (sglx_runtime.golden_replay) and records the
 top-1 agreement and the mean and max |served - reference| overall and per prompt. Variants:
 
 - float32: `--dtype float32`, the reference precision: what is left is kernel order;
@@ -88,7 +88,7 @@ def main() -> int:
 
     from sglx.gate.golden_build import build_golden_file
     from sglx_core.gate.golden import Tolerance, compare, load_golden
-    from sglx_platform.golden_replay import fetch_served
+    from sglx_runtime.golden_replay import fetch_served
 
     results: dict[str, Any] = {
         "versions": {
@@ -170,7 +170,7 @@ def _sharpen(model: Path, factor: float) -> None:
 def _profile_tolerance(dtype: str) -> Any:
     """The cpu profile's gate.numerics tolerance for `dtype` (images/cpu/arch.yaml)."""
     from sglx_core.profile import load_profile
-    from sglx_platform.golden_replay import profile_tolerance
+    from sglx_runtime.golden_replay import profile_tolerance
 
     return profile_tolerance(dtype, load_profile("cpu"))
 

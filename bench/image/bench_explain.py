@@ -42,13 +42,13 @@ TARGET_S = 3.0
 FORBIDDEN = ("torch", "sglang")
 # Reported when present, not refused: heavy, and never needed to answer.
 WATCHED = (*FORBIDDEN, "transformers", "numpy", "triton", "safetensors")
-IMPORT_ONLY = "import sglx_platform.serve"
+IMPORT_ONLY = "import sglx_runtime.serve"
 BASELINE = "sglx-serve --version"
 COMMANDS = {"--list-profiles": ["--list-profiles"], "--dry-run": ["--dry-run"]}
 # Runs main() as the entrypoint does, then says what it imported (stdout: one JSON line).
 PROBE = f"""
 import contextlib, io, json, sys
-from sglx_platform import serve
+from sglx_runtime import serve
 with contextlib.redirect_stdout(io.StringIO()):
     code = serve.main(sys.argv[1:])
 watched = {WATCHED!r}

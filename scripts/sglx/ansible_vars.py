@@ -85,7 +85,7 @@ def _floor(floor: Any) -> dict[str, str]:
 
 def collective_vars(profile: Profile) -> dict[str, Any]:
     """The collective smoke's settings (gate.collective) with the backend and device type it
-    runs on, the arguments the role passes to `python -m sglx_platform.collective_smoke`."""
+    runs on, the arguments the role passes to `python -m sglx_runtime.collective_smoke`."""
     smoke = profile.gate.collective
     return {
         "enabled": smoke.enabled,

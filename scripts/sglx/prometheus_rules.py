@@ -9,7 +9,7 @@ site's Prometheus; tests/prometheus/ holds their `promtool test rules` cases).
 The series are sglang's (`--enable-metrics`, on by default: sglx_core.observability) and
 sglx's (sglx_platform.metrics), scraped as the job `sglx`, each target labelled with its
 `fleet`: the hosts that serve the same bundle and profile, and so must serve alike. The gate
-timer's (sglx_platform.gate_tick) come through the node exporter's textfile collector, scraped
+timer's (sglx_runtime.gate_tick) come through the node exporter's textfile collector, scraped
 as the job `sglx-gate` (the same `fleet` and `host` labels) or in whatever job the site scrapes
 its node exporters as, so their rules name no job.
 The communication share (seed S0-36) has no series of sglang's: `sglx trace comm-share

@@ -3,7 +3,7 @@ needs is at least its minimum.
 
 Two readers apply it: the run spec (sglx.run_spec) raises the variable in the environment every
 way of running the server gets (the systemd unit, install.sh, `sglx bundle install`), and the
-plugin's preflight (sglx_platform.preflight.env_floors) checks the environment the server
+plugin's preflight (sglx_runtime.preflight.env_floors) checks the environment the server
 actually got, which a site may have changed since (extra variables, a host env file).
 """
 

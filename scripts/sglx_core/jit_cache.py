@@ -5,7 +5,7 @@ Each host keeps one folder per image id, `<host_root>/<image id hex>` (the profi
 Triton's, AITER's and the other JIT caches. Never shared between images, it is never reused
 across arch or image, and it outlives the container that every start removes. The host side
 (sglx.run_spec and sglx.jit_cache: the systemd unit, install.sh, `sglx bundle install`) and
-the plugin (sglx_platform.jit_cache, which refuses a folder that is not the server's own) both
+the plugin (sglx_runtime.jit_cache, which refuses a folder that is not the server's own) both
 take these facts from here.
 """
 

@@ -1,7 +1,7 @@
 """The prebuilt Triton cache an image carries: its key, its manifest, and whether it fits a host.
 
 `sglx image build` compiles sglx's Triton kernels for the image's device targets on the CPU
-builder (sglx_kernels.warm, driven by sglx_platform.warm_cache) into `IMAGE_ROOT`, with a
+builder (sglx_kernels.warm, driven by sglx_runtime.warm_cache) into `IMAGE_ROOT`, with a
 manifest. At every start the plugin copies the entries into the node-local cache folder only
 when the key matches what runs: a Triton cache built for one GPU and loaded on a near-identical
 one has produced silently garbled output when the architecture was missing from the key

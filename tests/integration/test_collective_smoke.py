@@ -1,7 +1,7 @@
 """The collective smoke as a group runs it: real processes, a real rendezvous, gloo on cpu.
 
 "Nodes" are processes of this machine on 127.0.0.1, each started the way an operator starts the
-smoke on one host (`python -m sglx_platform.collective_smoke`, the same arguments but
+smoke on one host (`python -m sglx_runtime.collective_smoke`, the same arguments but
 --node-rank), and each node's stdout is read back with the host's reader
 (`sglx_core.gate.collective.parse_report`). No container: the plugin is installed in the test
 venv, and the cpu image carries the same module and torch. Sizes are small, so each case costs
@@ -19,7 +19,7 @@ from helpers.engine_fixtures import free_port
 
 from sglx_core.gate.collective import CollectiveReport, parse_report
 
-SMOKE = [sys.executable, "-m", "sglx_platform.collective_smoke"]
+SMOKE = [sys.executable, "-m", "sglx_runtime.collective_smoke"]
 SMALL = ["--size-bytes", "65536", "--iters", "3", "--warmup", "1", "--json"]
 
 

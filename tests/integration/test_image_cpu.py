@@ -255,7 +255,7 @@ def test_the_image_carries_its_golden_numerics_and_serves_them(
     assert label == "sha256:" + hashlib.sha256(raw).hexdigest()
     port = load_profile("cpu").container.port
     url = f"http://127.0.0.1:{port}"
-    replay = ["python", "-m", "sglx_platform.golden_replay", "--url", url, "--digest", label]
+    replay = ["python", "-m", "sglx_runtime.golden_replay", "--url", url, "--digest", label]
     code, out = container.exec_run([*replay, "--json"])
     report = json.loads(out)
     assert code == 0, report
@@ -377,7 +377,7 @@ def test_the_image_benchmarks_its_server_with_sglangs_bench_serving(
     second run, once the server's start time is given."""
     _, _, container = served
     port = load_profile("cpu").container.port
-    gate = ["python", "-m", "sglx_platform.speed_gate", "--url", f"http://127.0.0.1:{port}",
+    gate = ["python", "-m", "sglx_runtime.speed_gate", "--url", f"http://127.0.0.1:{port}",
             "--host", "image-test", "--fleet", "test", "--json"]  # fmt: skip
     code, out = container.exec_run(gate, stderr=False)  # stderr: bench_serving's progress
     report = json.loads(out)

@@ -7,7 +7,7 @@ agree on them.
     install.sh             POSIX sh installer (coreutils and docker only)
     image/image.tar.NNN    the `docker save` archive, split into chunks
     meta/scan.json         `sglx scan --json` of the image
-    meta/versions.json     sglang, plugin, kernels, base and weights digest
+    meta/versions.json     sglang, plugin, runtime, kernels, base and weights digest
     meta/labels.json       the image labels
     meta/arch.yaml         the resolved profile baked into the image (its io.sglx.profile.digest)
     meta/run.json          the run spec (sglx.run_spec): how a host runs the server container

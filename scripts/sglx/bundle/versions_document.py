@@ -1,6 +1,6 @@
-"""meta/versions.json: what a bundle's image runs (sglang, sglx, the plugin and kernels, the
-base, the weights, the lock and the golden numerics), read from the image's labels, with this
-sglx's distributions where a label is missing."""
+"""meta/versions.json: what a bundle's image runs (sglang, sglx, the plugin, the runtime, the
+kernels, the base, the weights, the lock and the golden numerics), read from the image's labels,
+with this sglx's distributions where a label is missing."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ def versions(profile: Profile, labels: dict[str, str]) -> dict[str, Any]:
         "sglang": labels.get(image_labels.SGLANG_VERSION, profile.sglang.version),
         "sglx": labels.get(image_labels.VERSION, __version__),
         "plugin": dist("sglx-platform"),
+        "runtime": dist("sglx-runtime"),
         "kernels": {
             "sglx-kernels": dist("sglx-kernels"),
             "triton": profile.kernels.triton,

@@ -58,10 +58,11 @@ from sglx_core.scratch import scratch_dir
 from sglx_core.weights_store import OUTSIDE_LABEL
 
 BUILD_TIMEOUT_S = 3600
-# sglx, sglx-platform and sglx-kernels: the files each wheel is built from.
+# sglx, sglx-platform, sglx-runtime and sglx-kernels: the files each wheel is built from.
 DISTRIBUTIONS = {
     "sglx": ("pyproject.toml", "README.md", "scripts"),
     "sglx-platform": ("plugin",),
+    "sglx-runtime": ("runtime",),
     "sglx-kernels": ("kernels",),
 }
 BUILD_LITTER = ("build", "dist", "*.egg-info", "__pycache__", "*.pyc")
@@ -398,12 +399,12 @@ def _write_context(profile: Profile, model_name: str, context: Path, progress: P
     shutil.copy2(dockerfile_path(profile.arch), context / "Dockerfile")
     (context / "etc" / "arch.yaml").write_text(resolved_text(profile))
     (context / "etc" / "model-name").write_text(model_name + "\n")
-    progress("building the sglx, sglx-platform and sglx-kernels wheels")
+    progress("building the sglx, sglx-platform, sglx-runtime and sglx-kernels wheels")
     build_own_wheels(context / "sglx-wheels", context.parent / "src")
 
 
 def build_own_wheels(dest: Path, scratch: Path) -> list[Path]:
-    """Wheels of sglx's three distributions, built from clean copies of their sources (an
+    """Wheels of sglx's four distributions, built from clean copies of their sources (an
     in-tree build would leave build/ folders whose stale files end up in later wheels)."""
     root = source_root()
     sources = []
@@ -482,7 +483,7 @@ def _prebuilt_cache_label(client: Any, image_id: str) -> str:
     if raw is None:
         raise SglxError(
             f"the image holds no prebuilt Triton cache manifest at {path}",
-            hint="the build's sglx_platform.warm_cache step did not run: rebuild with --no-cache",
+            hint="the build's sglx_runtime.warm_cache step did not run: rebuild with --no-cache",
             code="build_failed",
         )
     with scratch_dir("sglx-triton-cache-") as scratch:

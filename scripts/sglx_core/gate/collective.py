@@ -1,6 +1,6 @@
 """The collective smoke's report: the all-reduce over a serving group's devices, as JSON.
 
-The plugin's `python -m sglx_platform.collective_smoke` runs on each node of a group before the
+The plugin's `python -m sglx_runtime.collective_smoke` runs on each node of a group before the
 server starts: every rank checks in at a rendezvous (a missing one is named, with its host),
 then all ranks all-reduce a buffer of the profile's size and the slowest rank's time gives the
 bus bandwidth, held against the profile's floor where one is set. Each node prints one
@@ -39,7 +39,7 @@ GB = 1e9
 
 WHAT = "collective smoke report"
 _FIX = (
-    "run the collective smoke again (`python -m sglx_platform.collective_smoke --json` in the "
+    "run the collective smoke again (`python -m sglx_runtime.collective_smoke --json` in the "
     "serving image) and read its stdout only: progress lines go to stderr"
 )
 

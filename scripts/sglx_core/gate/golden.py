@@ -6,7 +6,7 @@ log-probability of every continuation token taken from one teacher-forced forwar
 plus continuation (`sglx.gate.golden_build`). The file travels in the image and in the bundle,
 and its digest in an image label. At acceptance the served endpoint scores the same token ids,
 teacher-forced (sglang's /generate with `return_logprob` and `logprob_start_len`,
-`sglx_platform.golden_replay`), and `compare` holds the served numbers against the reference
+`sglx_runtime.golden_replay`), and `compare` holds the served numbers against the reference
 within a `Tolerance` chosen by the served weights dtype (sglx_core.gate.golden_compare).
 
 Token ids, not text, are stored and replayed: the server's tokenizer then cannot make the two

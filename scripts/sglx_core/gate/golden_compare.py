@@ -3,7 +3,7 @@ continuation held against the float32 reference (sglx_core.gate.golden) within a
 the profile sets per weights dtype, and the report that names every prompt, its worst
 positions, and each drifting token.
 
-Stdlib only: the plugin imports this inside the image (sglx_platform.golden_replay).
+Stdlib only: the plugin imports this inside the image (sglx_runtime.golden_replay).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """A host's speed record: the last benchmark it passed in the serving gate, kept on the host.
 
-The gate's speed part (`sglx_platform.speed_gate`, in the server's container) writes one when
+The gate's speed part (`sglx_runtime.speed_gate`, in the server's container) writes one when
 the host passes; the next hosts of its fleet are held against those records, and the host
 checks judge the whole fleet from them (`served_speed`). A record holds bench_serving's own
 result line, so every reader checks it as the tool output it is (`parse_result` against the

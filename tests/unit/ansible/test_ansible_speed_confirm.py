@@ -1,6 +1,6 @@
 """sglang_service's speed gate confirms an outlier beside a peer (issue 37), with real
 ansible-playbook over three local hosts: host-b's gate (tasks/speed.yml) runs the real
-`python -m sglx_platform.speed_gate` through a docker stand-in, whose benchmark alone is
+`python -m sglx_runtime.speed_gate` through a docker stand-in, whose benchmark alone is
 stood in for (each container's measurements come from a file, in turn). host-a and host-c
 passed before, at 200 and 210 output tok/s; host-b measures 40 twice, an outlier of the median
 200, and the gate names host-a, nearest the median, to measure again on its own host.
@@ -34,7 +34,7 @@ IMAGE = "sha256:" + "ab" * 32
 ARGS = ["--model-path", "/models/model", "--port", "30000"]
 FLEET = fleet_key(IMAGE, ARGS)
 
-# `python -m sglx_platform.speed_gate` as the container runs it, with bench_serving stood in
+# `python -m sglx_runtime.speed_gate` as the container runs it, with bench_serving stood in
 # for: each run takes the next figure of WORK/speeds/CONTAINER (the last one stays), and the
 # baked profile is the cpu one at the benchmark settings of the pinned bench_serving line.
 GATE = """
@@ -45,7 +45,7 @@ from pathlib import Path
 sys.path.insert(0, {tests!r})
 from helpers.speed_records import record_text, sample_profile
 from sglx_core.gate.speed_record import parse_record
-from sglx_platform import speed_gate
+from sglx_runtime import speed_gate
 
 work, container = Path({work!r}), sys.argv[1]
 
@@ -67,7 +67,7 @@ sys.exit(speed_gate.main(sys.argv[2:]))
 
 DOCKER = """#!/bin/sh
 # docker stand-in: `inspect NAME` prints WORK/containers/NAME.json; `exec [--interactive] NAME
-# python -m sglx_platform.speed_gate ARGS` runs the gate above in this process.
+# python -m sglx_runtime.speed_gate ARGS` runs the gate above in this process.
 case $1 in
   inspect) cat {work}/containers/"$2".json ;;
   exec)

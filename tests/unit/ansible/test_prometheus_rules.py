@@ -15,8 +15,8 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-import sglx_platform.gate_tick
 import sglx_platform.metrics
+import sglx_runtime.gate_tick
 from sglx.commands.trace import comm_share_series
 from sglx.grafana_dashboard import (
     DASHBOARD_FILE,
@@ -68,7 +68,7 @@ def test_every_alert_fires_in_a_promtool_case() -> None:
 
 def _written_series() -> set[str]:
     """Every series name sglang 0.5.23 declares, and sglx's (sglx_platform.metrics, and the
-    gate timer's, sglx_platform.gate_tick)."""
+    gate timer's, sglx_runtime.gate_tick)."""
     import sglang
 
     root = Path(sglang.__file__).parent / "srt"
@@ -77,7 +77,7 @@ def _written_series() -> set[str]:
         names |= set(re.findall(r'name="(sglang:[a-z_]+)"', path.read_text(errors="replace")))
     source = Path(sglx_platform.metrics.__file__).read_text()
     names |= {"sglx_" + n for n in re.findall(r'PREFIX \+ "([a-z_]+)"', source)}
-    gate = Path(sglx_platform.gate_tick.__file__).read_text()
+    gate = Path(sglx_runtime.gate_tick.__file__).read_text()
     names |= set(re.findall(r'Gauge\(\s*"(sglx_[a-z_]+)"', gate))
     # `sglx trace comm-share --textfile`'s, as it renders them
     share = Share("t", "device", 1.0, 2.0, ())

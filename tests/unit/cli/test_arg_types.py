@@ -11,7 +11,7 @@ GATE = ["--url", "http://127.0.0.1:1"]
 
 
 def _mains() -> dict[str, tuple[object, list[str]]]:
-    from sglx_platform import gate_tick, golden_replay, speed_gate
+    from sglx_runtime import gate_tick, golden_replay, speed_gate
 
     return {
         "gate_tick": (gate_tick.main, GATE),

@@ -182,7 +182,7 @@ def test_the_speed_gate_never_fails_unexpectedly(
     floors: str,
     mode: list[str],
 ) -> None:
-    from sglx_platform import speed_gate
+    from sglx_runtime import speed_gate
 
     path = tmp_path_factory.mktemp("peers") / "peers.json"
     path.write_bytes(peers)
@@ -201,7 +201,7 @@ def test_the_speed_gate_never_fails_unexpectedly(
 def test_the_golden_replay_never_fails_unexpectedly(
     tmp_path_factory: pytest.TempPathFactory, capsys: pytest.CaptureFixture[str], golden: bytes
 ) -> None:
-    from sglx_platform import golden_replay
+    from sglx_runtime import golden_replay
 
     path = tmp_path_factory.mktemp("golden") / "golden.json"
     path.write_bytes(golden)
@@ -215,7 +215,7 @@ def test_the_golden_replay_never_fails_unexpectedly(
 def test_an_entry_point_turns_an_unexpected_exception_into_bug_in_sglx_exit_2(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from sglx_platform import speed_gate
+    from sglx_runtime import speed_gate
 
     def broken(**_: Any) -> Any:
         raise KeyError("boom")

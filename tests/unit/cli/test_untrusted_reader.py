@@ -17,7 +17,7 @@ from sglx_core.errors import SglxError
 from sglx_core.untrusted import MAX_INT_DIGITS, parse_json
 
 ROOT = Path(__file__).resolve().parents[3]
-SOURCES = ("scripts", "plugin", "hostchecks")
+SOURCES = ("scripts", "plugin", "runtime", "hostchecks")
 
 
 @pytest.mark.parametrize(
@@ -76,13 +76,13 @@ TRUSTED_JSON = {
     "scripts/sglx/wheels/lockfile.py": "the lock's header, checked against its schema after",
     "scripts/sglx/verified_cache.py": "sglx's own cache of verified hashes, root-owned",
     "scripts/sglx_core/serving/flags.py": "sglang's option table shipped in sglx's own wheel",
-    "plugin/sglx_platform/preflight/protocol.py": "preflight's own child process, line by line",
-    "plugin/sglx_platform/preflight/base_check.py": "the report the image build wrote",
-    "plugin/sglx_platform/preflight/child.py": "the spec its parent process hands it",
+    "runtime/sglx_runtime/preflight/protocol.py": "preflight's own child process, line by line",
+    "runtime/sglx_runtime/preflight/base_check.py": "the report the image build wrote",
+    "runtime/sglx_runtime/preflight/child.py": "the spec its parent process hands it",
     "plugin/sglx_platform/profiling.py": "torch profiler's own trace summary",
-    "plugin/sglx_platform/warm_cache.py": "the warm-up child's own last line",
-    "plugin/sglx_platform/collective_smoke/rank.py": "the collective's own TCPStore (its ranks)",
-    "plugin/sglx_platform/serve.py": "sglx-serve's own state files",
+    "runtime/sglx_runtime/warm_cache.py": "the warm-up child's own last line",
+    "runtime/sglx_runtime/collective_smoke/rank.py": "the collective's own TCPStore (its ranks)",
+    "runtime/sglx_runtime/serve.py": "sglx-serve's own state files",
     "hostchecks/probes.py": "sglx's own probes' output on the checked host",
     "hostchecks/test_preflight.py": "the image's preflight --json",
     "hostchecks/test_acceptance.py": "the image's own gate tools' --json",

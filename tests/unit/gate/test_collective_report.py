@@ -22,7 +22,7 @@ from sglx_core.gate.collective import (
     parse_report,
     read_report,
 )
-from sglx_platform.collective_smoke import Settings, settings, summarize
+from sglx_runtime.collective_smoke import Settings, settings, summarize
 
 
 def _settings(**change: Any) -> Settings:

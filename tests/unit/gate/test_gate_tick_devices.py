@@ -1,4 +1,4 @@
-"""The gate timer's `devices` check (sglx_platform.gate_tick.devices): the vendor tool the
+"""The gate timer's `devices` check (sglx_runtime.gate_tick.devices): the vendor tool the
 profile names, run inside the server's container, its ECC read parsed and judged by
 sglx_core.gate.tools as the host checks do, and its device count held against the server's
 device probe. The tools here are stand-in scripts printing the pinned samples of
@@ -15,7 +15,7 @@ import pytest
 from helpers.serving_fixtures import mi300x_host, p800_host
 
 from sglx_core.profile import Profile, load_profile
-from sglx_platform import gate_tick
+from sglx_runtime import gate_tick
 
 VENDOR = Path(__file__).resolve().parents[2] / "data" / "vendor"
 AMD_SMI = VENDOR / "amd_smi" / "constructed_metric_gpu_data.json"

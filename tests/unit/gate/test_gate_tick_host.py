@@ -188,7 +188,13 @@ def run_tick(
     answered: dict[str, Any] | None = None,
     stats: Sequence[str] = ("1.5GiB / 23.47GiB",),
 ) -> tuple[int, str, list[str]]:
-    docker, systemctl, log = stand_ins(tmp / host, passed, answered, stats)
+    docker, *_ = stand_ins(tmp / host, passed, answered, stats)
+    return run_tick_with(tmp, host, docker, *extra)
+
+
+def run_tick_with(tmp: Path, host: str, docker: Path, *extra: str) -> tuple[int, str, list[str]]:
+    """The script with the stand-ins in tmp/host, `docker` the one given."""
+    systemctl, log = tmp / host / "systemctl", tmp / host / "systemctl.log"
     done = subprocess.run(
         [sys.executable, str(SCRIPT), "--container", "c", "--url", "http://127.0.0.1:1",
          "--host", host, "--unit", "sglx-server.service", "--docker", str(docker),
@@ -341,7 +347,7 @@ def test_a_bad_limit_is_a_usage_error(tmp_path: Path, bad: list[str], named: str
 def test_the_engines_memory_figure_is_read_with_the_size_grammar(
     said: str, used: float | None
 ) -> None:
-    from sglx_platform.gate_tick import memory_used
+    from sglx_runtime.gate_tick import memory_used
 
     assert memory_used(said) == (None if used is None else pytest.approx(used))
 
@@ -374,12 +380,12 @@ def test_a_figure_the_engine_had_not_sampled_is_asked_again(tmp_path: Path) -> N
 
 
 def test_the_container_fails_memory_above_its_bound_and_renders_the_figure() -> None:
-    """sglx_platform.gate_tick's memory check: above the bound it fails (the remediation
+    """sglx_runtime.gate_tick's memory check: above the bound it fails (the remediation
     policy then acts), under it passes; an unread figure passes and says so; the figure is
     a series of its own."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    from sglx_platform import gate_tick
+    from sglx_runtime import gate_tick
 
     above = gate_tick.memory(3 * 2**30, 2 * 2**30)
     assert not above.passed and "3.00 GiB, bound 2.00 GiB: above it" in above.message
@@ -481,11 +487,11 @@ def test_any_speed_record_or_timer_record_decides_without_a_traceback(
 
 
 def test_the_containers_speed_series_have_a_textfile_of_their_own() -> None:
-    """sglx_platform.gate_tick: the speed check's verdict, when it ran and what it measured;
+    """sglx_runtime.gate_tick: the speed check's verdict, when it ran and what it measured;
     a check that could not measure leaves the throughput out."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    from sglx_platform import gate_tick
+    from sglx_runtime import gate_tick
 
     passed = gate_tick.Verdict("speed", True, "212.0 output tok/s", 9.5)
     text = gate_tick.speed_textfile(passed, 1.8e9, 212.0)
@@ -525,3 +531,31 @@ def test_a_check_the_container_could_not_run_is_named(tmp_path: Path) -> None:
     code, said, _ = run_tick(tmp_path, "host-a", True, answered=said_by)
     assert code == 0, said
     assert "host-a: devices not run: amd-smi is not in the server's container: not run" in said
+
+
+def test_a_container_of_an_image_made_before_the_runtime_split_is_still_judged(
+    tmp_path: Path,
+) -> None:
+    """A rollback may bring back an image whose gate module is still sglx_platform.gate_tick
+    (made before sglx-runtime was split from the plugin): python's refusal of the runtime's
+    module sends the same checks to the earlier one, and the run is judged as any other."""
+    docker, *_ = stand_ins(tmp_path / "host-a", True)
+    real = docker.read_text().replace("#!/bin/sh\n", "", 1)
+    docker.write_text(
+        '#!/bin/sh\ncase "$*" in *sglx_runtime.gate_tick*)\n'
+        '  echo "/opt/sglx/venv/bin/python: Error while finding module specification for '
+        "'sglx_runtime.gate_tick' (ModuleNotFoundError: No module named 'sglx_runtime')\" >&2\n"
+        f"  exit 1;;\nesac\n{real}"
+    )
+    code, said, _ = run_tick_with(tmp_path, "host-a", docker)
+    assert code == 0, said
+    assert "exec c python -m sglx_platform.gate_tick --url" in exec_argv(tmp_path, "host-a")
+    assert "host-a: numerics passed" in said, said
+
+
+def test_a_failing_gate_module_is_not_retried_under_another_name(tmp_path: Path) -> None:
+    """Only python's own 'No module named sglx_runtime' sends the checks to the earlier module:
+    a run that fails otherwise is judged as it failed."""
+    code, said, _ = run_tick(tmp_path, "host-a", False)
+    assert code == 1, said
+    assert "python -m sglx_runtime.gate_tick --url" in exec_argv(tmp_path, "host-a")

@@ -1,4 +1,4 @@
-"""The speed gate on one host (sglx_platform.speed_gate) and the records hosts keep
+"""The speed gate on one host (sglx_runtime.speed_gate) and the records hosts keep
 (sglx_core.gate.speed_record): records are untrusted (they cross hosts), a server already
 measured since it started is judged again without a second run, and a slow host is named.
 The benchmark itself runs against a real server in tests/integration/test_image_cpu.py."""
@@ -25,7 +25,7 @@ from sglx_core.gate.speed_record import (
 )
 from sglx_core.profile import load_profile
 from sglx_core.report import Result
-from sglx_platform import speed_gate
+from sglx_runtime import speed_gate
 
 _profile = sample_profile
 _line = sample_line
@@ -337,9 +337,9 @@ def test_a_peers_file_is_read_bounded_and_regular_only(
 def test_the_gate_timers_speed_check_holds_the_floors_and_measures_a_failure_twice(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """sglx_platform.gate_tick.speed: the rollout's gate with no fleet beside it (floors only),
+    """sglx_runtime.gate_tick.speed: the rollout's gate with no fleet beside it (floors only),
     its verdict and the output tok/s the last run measured."""
-    from sglx_platform import gate_tick
+    from sglx_runtime import gate_tick
 
     monkeypatch.setattr(speed_gate, "baked_profile", _profile)
     monkeypatch.setattr(gate_tick, "baked_profile", _profile)

@@ -17,9 +17,9 @@ from sglx_core.base_facts import compare, labels, vendor_release
 from sglx_core.base_probe import filter_lock
 from sglx_core.errors import SglxError
 from sglx_core.profile import load_profile
-from sglx_platform.preflight.base_check import check_base
-from sglx_platform.preflight.checks import Check
-from sglx_platform.preflight.env_floors import check_env_floors
+from sglx_runtime.preflight.base_check import check_base
+from sglx_runtime.preflight.checks import Check
+from sglx_runtime.preflight.env_floors import check_env_floors
 
 # What upstream's ROCm 10 image declares (sglang docker/rocm.Dockerfile, stage rocm1000-base):
 # the ROCm pip SDK, torch and Triton from AMD's wheel channel, all at ROCm 10.0.0.

@@ -209,7 +209,7 @@ def test_moe_all_to_all_is_mori_and_nvidia_moe_runners_are_refused(
 def test_preflight_reports_the_refusal_before_the_server_starts(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, wide_model: Path
 ) -> None:
-    from sglx_platform.preflight.server_args_check import check_server_args
+    from sglx_runtime.preflight.server_args_check import check_server_args
 
     monkeypatch.setenv("SGLX_PROFILE", str(bake("gfx942", tmp_path / "arch.yaml")))
     argv = ["--model-path", str(wide_model), "--speculative-algorithm", "EAGLE3"]

@@ -22,8 +22,8 @@ from helpers.profiles import bake
 from sglx_core.profile import load_profile
 from sglx_platform.activate import activate
 from sglx_platform.failures import FailureClass, PlatformError
-from sglx_platform.preflight.checks import Check
-from sglx_platform.preflight.profile_checks import check_vendor
+from sglx_runtime.preflight.checks import Check
+from sglx_runtime.preflight.profile_checks import check_vendor
 
 # The questions a platform answers (no device work): method -> the argument lists asked.
 QUANTIZATIONS = ("fp8", "compressed-tensors", "w8a8_int8", "awq", "gptq", "modelopt_fp4")

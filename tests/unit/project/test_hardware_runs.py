@@ -11,7 +11,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[3]
 PAGE = REPO / "docs" / "reference" / "hardware-runs.md"
 # A path of this repository in backticks: a test, a helper, a profile, a results file.
-NAMED_PATH = re.compile(r"`((?:tests|images|bench|plugin|scripts|kernels)/[A-Za-z0-9_./-]+)`")
+NAMED_PATH = re.compile(
+    r"`((?:tests|images|bench|plugin|runtime|scripts|kernels)/[A-Za-z0-9_./-]+)`"
+)
 GPU_ONLY = re.compile(r"pytest\.mark\.gpu\b|requires_gpu\b")
 
 

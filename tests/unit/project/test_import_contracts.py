@@ -1,6 +1,7 @@
 """The layering contracts `make lint` checks (`lint-imports`, pyproject's [tool.importlinter]):
-the plugin and the kernels stand on sglx_core only, the core on nothing of sglx's, the scan on
-no bundle layout, and the host tool's packages in layers.
+the plugin, the image runtime and the kernels stand on sglx_core only, the platform plugin on
+nothing of the runtime, the core on nothing of sglx's, the scan on no bundle layout, and the host
+tool's packages in layers.
 
 Shown on a copy of the packages, so the contract is seen to break, naming the import, when a
 plugin module imports the host tool, and to hold on the tree as it is."""
@@ -21,12 +22,13 @@ PACKAGES = {
     "sglx": "scripts",
     "sglx_core": "scripts",
     "sglx_platform": "plugin",
+    "sglx_runtime": "runtime",
     "sglx_kernels": "kernels",
 }
 
 
 def copy_packages(dest: Path) -> list[Path]:
-    """The four packages' *.py files under dest/<folder>/<package>; their sys.path entries."""
+    """The five packages' *.py files under dest/<folder>/<package>; their sys.path entries."""
     for package, folder in PACKAGES.items():
         shutil.copytree(
             REPO / folder / package,
@@ -66,8 +68,8 @@ def test_a_plugin_import_of_the_host_tool_breaks_the_contract(
     probe.write_text('"""A temporary import outside the core."""\n\nimport sglx.bundle.create\n')
     done = lint_imports(root, paths)
     assert done.returncode != 0, done.stdout
-    assert "the plugin and the kernels import the core only, never the host tool BROKEN" in (
-        done.stdout
+    assert (
+        "the plugin, runtime and kernels import the core, never the host tool BROKEN" in done.stdout
     )
     assert "sglx_platform.contract_probe -> sglx.bundle.create" in done.stdout
 
@@ -77,7 +79,23 @@ def test_a_core_import_of_the_plugin_breaks_the_contract(tree: tuple[Path, list[
     (root / "scripts" / "sglx_core" / "contract_probe.py").write_text("import sglx_platform\n")
     done = lint_imports(root, paths)
     assert done.returncode != 0, done.stdout
-    assert "the core imports neither the host tool nor the plugin BROKEN" in done.stdout
+    assert (
+        "the core imports neither the host tool, the plugin nor the runtime BROKEN" in done.stdout
+    )
+
+
+def test_a_platform_import_of_the_runtime_breaks_the_contract(
+    tree: tuple[Path, list[Path]],
+) -> None:
+    """What SGLang loads into its processes never reaches into the image's programs."""
+    root, paths = tree
+    probe = root / "plugin" / "sglx_platform" / "contract_probe.py"
+    probe.write_text('"""A temporary import of the runtime."""\n\nimport sglx_runtime.serve\n')
+    done = lint_imports(root, paths)
+    assert done.returncode != 0, done.stdout
+    broken = [line for line in done.stdout.splitlines() if line.endswith(" BROKEN")]
+    assert broken == ["the platform plugin imports nothing of the image runtime BROKEN"], broken
+    assert "sglx_platform.contract_probe -> sglx_runtime.serve" in done.stdout
 
 
 def test_a_scan_import_of_the_bundle_breaks_the_scan_and_the_layers(

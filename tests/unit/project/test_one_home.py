@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
-PRODUCT = [ROOT / "scripts", ROOT / "plugin", ROOT / "kernels", ROOT / "ansible"]
+PRODUCT = [ROOT / "scripts", ROOT / "plugin", ROOT / "runtime", ROOT / "kernels", ROOT / "ansible"]
 
 # fact -> (its home, a pattern only the home may hold)
 FACTS = {

@@ -23,7 +23,7 @@ def test_every_schema_key_is_documented() -> None:
 # docs/reference/preflight.md names every check a report can carry. The names are collected
 # from the code, so a new check fails here until the page documents it.
 PREFLIGHT_DOC = Path(__file__).resolve().parents[3] / "docs" / "reference" / "preflight.md"
-PREFLIGHT_CODE = Path(__file__).resolve().parents[3] / "plugin" / "sglx_platform" / "preflight"
+PREFLIGHT_CODE = Path(__file__).resolve().parents[3] / "runtime" / "sglx_runtime" / "preflight"
 HOST_CHECKS = Path(__file__).resolve().parents[3] / "hostchecks"
 _CHECK_CALLS = ("Check", "failed")
 
@@ -59,8 +59,8 @@ def preflight_check_names() -> tuple[set[str], list[str]]:
     `step.name` is the step registry's; a parameter passed on (`failed`'s own body) names
     nothing itself.
     """
-    from sglx_platform.preflight.child_checks import MODULES
-    from sglx_platform.preflight.steps import DIED, Kind, Step
+    from sglx_runtime.preflight.child_checks import MODULES
+    from sglx_runtime.preflight.steps import DIED, Kind, Step
 
     names: set[str] = set()
     unread: list[str] = []

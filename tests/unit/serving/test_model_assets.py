@@ -95,7 +95,7 @@ def test_other_models_and_odd_configs_need_nothing(tmp_path: Path, config: Any) 
 def test_sglx_serve_refuses_gpt_oss_without_its_vocabulary_and_points_at_it_with_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from sglx_platform import serve
+    from sglx_runtime import serve
 
     profile = bake("cpu", tmp_path / "baked.yaml")
     model = tmp_path / "gpt-oss"

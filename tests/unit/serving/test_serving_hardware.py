@@ -128,8 +128,8 @@ def test_one_gpu_has_no_interconnect_to_judge(tmp_path: Path) -> None:
 def test_preflight_passes_a_hive_and_warns_about_pcie(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from sglx_platform.preflight.checks import Check
-    from sglx_platform.preflight.hardware import check_interconnect
+    from sglx_runtime.preflight.checks import Check
+    from sglx_runtime.preflight.hardware import check_interconnect
 
     def run(root: Path, arch: str = "gfx942") -> list[Check]:
         monkeypatch.setenv(probe_root.PROBE_ROOT_ENV, str(root))

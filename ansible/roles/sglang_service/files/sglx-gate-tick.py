@@ -2,7 +2,7 @@
 """The host's side of the serving gate on a timer (sglx-gate.service, started by
 sglx-gate.timer; role sglang_service, `sglang_service_gate_timer`).
 
-It runs the cheap checks inside the server's container (`python -m sglx_platform.gate_tick`:
+It runs the cheap checks inside the server's container (`python -m sglx_runtime.gate_tick`:
 health and the golden-numerics replay, where the image's golden file and tolerances are; with
 `--memory-max-bytes`, the container's memory use the engine reports, read here first with
 `docker stats`, under that bound: seed 000's fragmentation restart), then:
@@ -62,6 +62,10 @@ ACTIONS = ("alert", "restart", "stop")
 SPEED = "speed"
 DEVICES = "devices"
 SPEED_TEXTFILE = "sglx_gate_speed.prom"
+# The container's checks: the runtime's module, and where images made before the platform and
+# runtime packages were split (sglx-runtime) keep it, which a rollback may bring back.
+GATE_MODULE = "sglx_runtime.gate_tick"
+EARLIER_GATE_MODULE = "sglx_platform.gate_tick"
 
 
 def say(line: str) -> None:
@@ -132,7 +136,7 @@ def run_checks(
     args: argparse.Namespace, speed: bool = False
 ) -> tuple[int, dict[str, Any] | None, str]:
     """The container's verdict: (exit code, its JSON or None, what went wrong)."""
-    argv = [args.docker, "exec", args.container, "python", "-m", "sglx_platform.gate_tick",
+    argv = [args.docker, "exec", args.container, "python", "-m", GATE_MODULE,
             "--url", args.url, "--host", args.host, "--interval", str(args.interval)]  # fmt: skip
     timeout = args.timeout
     if speed:  # two benchmarks at most: a failing one is measured again
@@ -146,9 +150,19 @@ def run_checks(
                  f"--memory-max-bytes={args.memory_max_bytes}"]  # fmt: skip
     try:
         done = subprocess.run(argv, capture_output=True, timeout=timeout, check=False)
+        if done.returncode == 1 and lacks_module(done.stderr, GATE_MODULE):
+            argv[argv.index(GATE_MODULE)] = EARLIER_GATE_MODULE
+            done = subprocess.run(argv, capture_output=True, timeout=timeout, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return 2, None, f"{' '.join(argv[:3])}: {exc}"
     return parse_answer(done.returncode, done.stdout, done.stderr)
+
+
+def lacks_module(stderr: bytes, module: str) -> bool:
+    """python -m's own refusal of a module the image does not hold (its last line)."""
+    said = stderr[-500:].decode(errors="replace").strip().splitlines()[-1:]
+    package = module.split(".")[0]
+    return bool(said) and "No module named" in said[0] and package in said[0]
 
 
 def parse_answer(code: int, stdout: bytes, stderr: bytes) -> tuple[int, dict[str, Any] | None, str]:

@@ -126,7 +126,7 @@ class JitCache(_Strict):
     Every `docker run` sglx writes (the systemd unit, install.sh, `sglx bundle install`)
     creates it and mounts it at `target`, naming it in SGLX_JIT_CACHE_HOST. The server loads
     code from it, so sglx-serve refuses to start when the folder is not its own, mode 0700
-    (plugin/sglx_platform/jit_cache.py)."""
+    (runtime/sglx_runtime/jit_cache.py)."""
 
     target: AbsPath = Field(
         description="The folder in the container (the image makes it, owned by the runtime "

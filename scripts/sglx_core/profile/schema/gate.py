@@ -109,7 +109,7 @@ class GateCollective(_Strict):
     """The serving gate's collective smoke, an all-reduce before a multi-device server starts.
 
     Over every device the server will use, one process each, with the profile's
-    distributed_backend (`python -m sglx_platform.collective_smoke`; docs/reference/gate.md)."""
+    distributed_backend (`python -m sglx_runtime.collective_smoke`; docs/reference/gate.md)."""
 
     enabled: StrictBool = Field(
         default=True,
