@@ -73,6 +73,7 @@ def _ops(dtype: torch.dtype, dev: torch.device) -> list[OpBench]:
     from sglx_kernels.ops import (
         fused_add_rms_norm,
         gelu_and_mul,
+        layer_norm,
         rms_norm,
         rotary_embedding,
         silu_and_mul,
@@ -125,6 +126,13 @@ def _ops(dtype: torch.dtype, dev: torch.device) -> list[OpBench]:
             add_norm_inputs, lambda n: 4 * n * hidden * e + hidden * e,
             sglx_kernels.fused_add_rms_norm, fused_add_rms_norm.fused_add_rms_norm_torch,
             fused_add_rms_norm.fused_add_rms_norm_composite,
+        ),
+        OpBench(
+            "layer_norm", "layer_norm", f"layer_norm with weight and bias, hidden {hidden}",
+            hidden * e,
+            lambda n: (randn(n, hidden), 1.0 + 0.1 * randn(hidden), 0.1 * randn(hidden), 1e-5),
+            lambda n: 2 * n * hidden * e + 2 * hidden * e,
+            sglx_kernels.layer_norm, layer_norm.layer_norm_torch, layer_norm.layer_norm_composite,
         ),
         OpBench(
             "silu_and_mul", "silu_and_mul", f"silu_and_mul, d {inter}", 2 * inter * e,

@@ -46,6 +46,20 @@ def _rms_norm(
     return sglx_kernels.fused_add_rms_norm(x, residual, self.weight, self.variance_epsilon)
 
 
+def _layer_norm(self: Any, x: Any) -> Any:
+    import torch
+
+    import sglx_kernels
+
+    # sglx's kernel computes in fp32: the module's default dtype, where forward_native upcasts
+    # to fp32 too. A module of another dtype normalises in it, so it keeps sglang's forward.
+    if self.dtype != torch.float32 or x.shape[-1] != self.hidden_size:
+        return self.forward_native(x)
+    weight = self.weight if self.elementwise_affine else None
+    bias = self.bias if self.use_bias else None
+    return sglx_kernels.layer_norm(x, weight, bias, self.variance_epsilon)
+
+
 def _silu_and_mul(self: Any, x: Any) -> Any:
     import sglx_kernels
 
@@ -87,6 +101,7 @@ def _rotary_embedding(
 # its own cache or forward (YaRN, mrope, Gemma norms) keeps sglang's forwards.
 ADAPTERS: dict[str, tuple[str, str, Callable[..., Any]]] = {
     "rms_norm": ("sglang.srt.layers.layernorm", "RMSNorm", _rms_norm),
+    "layer_norm": ("sglang.srt.layers.layernorm", "LayerNorm", _layer_norm),
     "silu_and_mul": ("sglang.srt.layers.activation", "SiluAndMul", _silu_and_mul),
     "gelu_and_mul": ("sglang.srt.layers.activation", "GeluAndMul", _gelu_and_mul),
     "rotary_embedding": (

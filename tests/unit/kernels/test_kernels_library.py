@@ -33,6 +33,7 @@ def _inputs() -> dict[str, tuple[Any, ...]]:
     positions = torch.tensor([0, 3, 7, 63])
     inputs = {
         "rms_norm": (x, torch.rand(64) + 0.5, 1e-6),
+        "layer_norm": (x, torch.rand(64) + 0.5, torch.randn(64), 1e-5),
         "fused_add_rms_norm": (x, torch.randn(4, 64), torch.rand(64) + 0.5, 1e-6),
         "silu_and_mul": (torch.randn(4, 128),),
         "gelu_and_mul": (torch.randn(4, 128), "tanh"),

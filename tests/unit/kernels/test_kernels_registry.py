@@ -18,7 +18,14 @@ from sglx_kernels import registry
 from sglx_kernels.registry import KernelSelectionError, UnsupportedInput
 
 CPU = torch.device("cpu")
-OPS = ("fused_add_rms_norm", "gelu_and_mul", "rms_norm", "rotary_embedding", "silu_and_mul")
+OPS = (
+    "fused_add_rms_norm",
+    "gelu_and_mul",
+    "layer_norm",
+    "rms_norm",
+    "rotary_embedding",
+    "silu_and_mul",
+)
 TEST_OP = "sglx_test_only_op"
 
 

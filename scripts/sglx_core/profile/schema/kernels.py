@@ -13,7 +13,7 @@ from pydantic import (
 
 from sglx_core.profile.schema.types import AbsPath, Text, _Strict
 
-SglangOp = Literal["rms_norm", "silu_and_mul", "gelu_and_mul", "rotary_embedding"]
+SglangOp = Literal["rms_norm", "layer_norm", "silu_and_mul", "gelu_and_mul", "rotary_embedding"]
 
 
 class PrebuiltCache(_Strict):
