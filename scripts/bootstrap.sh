@@ -137,8 +137,13 @@ ensure_venv() {
   pip_quietly install --no-compile --no-deps --require-hashes -r bundles/locks/cpu.txt
   say "installing sglx, sglx-platform, sglx-runtime and sglx-kernels (editable, with dev dependencies) into $VENV"
   pip_quietly install --no-compile -e '.[dev]' -e './plugin[dev]' -e './runtime[dev]' -e './kernels[dev]'
-  say "installing ansible-core and ansible-lint (bundles/locks/ansible.txt, hash-pinned) into $VENV"
-  pip_quietly install --no-compile --no-deps --require-hashes -r bundles/locks/ansible.txt
+  # The control node's wheels are kept as files: a bundle made with --control-wheels carries
+  # them, as the tests' control node from a bundle does (tests/integration/test_control_node.py).
+  say "fetching the control node's wheels (bundles/locks/ansible.txt, hash-pinned) into $VENV/control-wheels"
+  pip_quietly download --no-deps --require-hashes -r bundles/locks/ansible.txt -d "$VENV/control-wheels"
+  say "installing ansible-core, ansible-lint and the host checks' pytest from them into $VENV"
+  pip_quietly install --no-compile --no-deps --no-index --require-hashes \
+    -r bundles/locks/ansible.txt --find-links "$VENV/control-wheels"
   say "compiling the venv's bytecode"
   # Some packages ship test data that is not Python 3 (pip skips those files too).
   "$VENV/bin/python" -m compileall -q -j 0 "$VENV/lib" >/dev/null 2>&1 || true

@@ -53,6 +53,16 @@ def ansible_dir(root: Path | None = None) -> Path:
     return (root or source_root()) / "ansible"
 
 
+# Where a bundle carries the host-check suite (sglx.bundle.layout names it from here).
+BUNDLE_HOST_CHECKS = "ansible/host-checks"
+
+
 def host_checks_dir(root: Path | None = None) -> Path:
     """The host-check suite `sglx hosts check` runs and every bundle ships."""
     return (root or source_root()) / "hostchecks"
+
+
+def bundle_host_checks_dir(bundle: Path) -> Path:
+    """The host-check suite a bundle folder carries: what `sglx hosts check --bundle` runs, so a
+    control node with sglx installed from a wheel (no checkout) checks with the bundle's own."""
+    return bundle / BUNDLE_HOST_CHECKS

@@ -7,7 +7,9 @@ out and check hosts with no network.
                                 the bundle arch's variables, rendered now (`sglx ansible vars`)
     ansible/host-checks/        the host-check suite: hostchecks's *.py and pytest.ini
     ansible/control-node.txt    bundles/locks/ansible.txt (kind "lock")
-    ansible/wheels/             the wheels of that lock, from --control-wheels DIR only
+    ansible/wheels/             the wheels of that lock, from --control-wheels DIR only, and
+                                sglx's own wheel, built now and pinned by its sha256 in
+                                control-node.txt: `sglx hosts check` runs with the lock alone
 
 `collect` reads and checks everything before the bundle's staging folder exists (a symlink, a
 name a bundle cannot carry, too many files or bytes, a missing or altered wheel are refused
@@ -23,6 +25,7 @@ from __future__ import annotations
 import re
 import stat
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 from sglx.bundle import layout
@@ -74,8 +77,9 @@ class AnsibleContent:
         )
         if self.wheels:
             wheels = (
-                f" and its {self.wheels} wheels in {layout.ANSIBLE_WHEELS}/ (pip install "
-                "--no-index --require-hashes -r control-node.txt --find-links wheels)"
+                f" and its {self.wheels} wheels, sglx's own among them, in "
+                f"{layout.ANSIBLE_WHEELS}/ (pip install --no-index --require-hashes -r "
+                "control-node.txt --find-links wheels, then sglx hosts check --bundle BUNDLE)"
             )
         else:
             wheels = (
@@ -124,9 +128,14 @@ def collect(
             code="bundle_ansible",
             path=str(lock),
         )
-    items.append(_file_item(lock, layout.ANSIBLE_LOCK, "lock", budget))
+    lock_item = _file_item(lock, layout.ANSIBLE_LOCK, "lock", budget)
     wheels = [] if control_wheels is None else control_wheel_items(lock, control_wheels)
-    items += wheels
+    if wheels:
+        own, pin = own_wheel()
+        wheels.append(own)
+        data = lock.read_bytes() + pin
+        lock_item = Item(layout.ANSIBLE_LOCK, "lock", len(data), data=data)
+    items += [lock_item, *wheels]
     return AnsibleContent(profile.arch, tuple(sorted(items, key=lambda i: i.path)), len(wheels))
 
 
@@ -262,6 +271,35 @@ def control_wheel_items(lock: Path, folder: Path) -> list[Item]:
             path=str(folder),
         )
     return items
+
+
+def own_wheel() -> tuple[Item, bytes]:
+    """sglx's own wheel (the host tool and its core, base dependencies only) built from the
+    checkout sglx runs from, and its pin for the control-node lock: what `sglx hosts check`
+    needs beside the lock on a control node (the host checks import the core and the Ansible
+    vars). Built once per process."""
+    path, data, digest, pin = _built_own_wheel()
+    return Item(path, "ansible", len(data), data=data, sha256=digest), pin
+
+
+@cache
+def _built_own_wheel() -> tuple[str, bytes, str, bytes]:
+    import tempfile
+
+    from packaging.utils import parse_wheel_filename
+
+    from sglx.image.build import build_own_wheels
+
+    with tempfile.TemporaryDirectory(prefix="sglx-own-wheel-") as scratch:
+        (wheel,) = build_own_wheels(Path(scratch) / "wheels", Path(scratch) / "src", ["sglx"])
+        data, digest = wheel.read_bytes(), sha256_file(wheel)
+        name, version, _, _ = parse_wheel_filename(wheel.name)
+        path = f"{layout.ANSIBLE_WHEELS}/{wheel.name}"
+    pin = (
+        "# sglx's own wheel, built with this bundle (not in bundles/locks/ansible.txt)\n"
+        f"{name}=={version} \\\n    --hash=sha256:{digest}\n"
+    )
+    return path, data, digest, pin.encode()
 
 
 @dataclass

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import re
 
+from sglx_core import paths
 from sglx_core.errors import SglxError
 from sglx_core.sizes import EXAMPLES, parse_size
 
@@ -58,7 +59,7 @@ WHEEL_LOCK = "wheelhouse/requirements.lock"
 WEIGHTS = "weights"
 TUNED = "tuned"
 ANSIBLE = "ansible"
-ANSIBLE_HOST_CHECKS = "ansible/host-checks"
+ANSIBLE_HOST_CHECKS = paths.BUNDLE_HOST_CHECKS
 ANSIBLE_LOCK = "ansible/control-node.txt"
 ANSIBLE_WHEELS = "ansible/wheels"
 # Files that describe the bundle and are checked by rendering, not by a manifest entry.

@@ -27,13 +27,11 @@ from sglx.hosts.junit import CheckResult, read_report
 from sglx.progress import Progress
 from sglx_core.errors import SglxError
 from sglx_core.output_files import atomic_write_bytes, check_output_file
-from sglx_core.paths import ansible_dir, host_checks_dir
+from sglx_core.paths import ansible_dir, bundle_host_checks_dir, host_checks_dir
 from sglx_core.profile import load_profile
 from sglx_core.report import Finding, Result, Table
 from sglx_core.untrusted import file_kind
 
-SUITE = host_checks_dir()
-ANSIBLE_CFG = ansible_dir() / "ansible.cfg"
 MODES = ("preflight", "acceptance")
 # pytest's own exit codes that mean the checks did not run (interrupted, internal error, usage
 # error, nothing collected): exit 2, not findings.
@@ -94,16 +92,26 @@ def _need_inventory(path: Path) -> None:
         )
 
 
+def _suite(options: CheckOptions) -> Path:
+    """The suite that runs: with --bundle the bundle's own (the checks of the bundle the hosts
+    get, and the only suite on a control node where sglx came from the bundle's wheel, with no
+    checkout), else the checkout's."""
+    if options.bundle is None:
+        return host_checks_dir()
+    return bundle_host_checks_dir(options.bundle)
+
+
 def _pytest_argv(options: CheckOptions, report: Path, workers: int) -> list[str]:
+    suite = _suite(options)
     argv = [
         sys.executable,
         "-m",
         "pytest",
         "-c",
-        str(SUITE / "pytest.ini"),
+        str(suite / "pytest.ini"),
         "--rootdir",
-        str(SUITE),
-        str(SUITE),
+        str(suite),
+        str(suite),
         "-v",
         "--no-header",
         "-p",
@@ -126,12 +134,14 @@ def _pytest_argv(options: CheckOptions, report: Path, workers: int) -> list[str]
     return argv
 
 
-def _environment() -> dict[str, str]:
+def _environment(options: CheckOptions) -> dict[str, str]:
     env = dict(os.environ)
     # testinfra reads the inventory with `ansible-inventory`, which lives beside this Python.
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     # Absolute, like every path handed on: pytest runs in the suite's folder.
-    env["ANSIBLE_CONFIG"] = str(Path(env.get("ANSIBLE_CONFIG") or ANSIBLE_CFG).absolute())
+    # ansible.cfg beside the suite (the bundle's ansible/, or the checkout's) unless one is set.
+    config = env.get("ANSIBLE_CONFIG") or ansible_dir(options.bundle) / "ansible.cfg"
+    env["ANSIBLE_CONFIG"] = str(Path(config).absolute())
     return env
 
 
@@ -142,11 +152,13 @@ def _selected_hosts(options: CheckOptions) -> list[str]:
     except ImportError as exc:
         raise SglxError(
             "the host checks need pytest-testinfra and pytest-xdist",
-            hint="pip install --require-hashes -r bundles/locks/ansible.txt (make setup does it)",
+            hint="pip install --require-hashes -r bundles/locks/ansible.txt (a bundle's "
+            "ansible/control-node.txt; make setup does it)",
             code="missing_dependency",
         ) from exc
     # Read the inventory here as the checks will read it: same PATH, same ansible.cfg.
-    os.environ.update({k: v for k, v in _environment().items() if k in ("PATH", "ANSIBLE_CONFIG")})
+    read_as = _environment(options)
+    os.environ.update({k: v for k, v in read_as.items() if k in ("PATH", "ANSIBLE_CONFIG")})
     runner = AnsibleRunner(str(options.inventory))
     try:
         hosts: list[str] = runner.get_hosts(options.limit)
@@ -164,7 +176,10 @@ def _selected_hosts(options: CheckOptions) -> list[str]:
             code="usage",
         )
     if options.arch:
-        load_profile(options.arch)  # an unknown arch is a usage error here, not per check
+        # An unknown arch is a usage error here, not per check; a bundle's checks hold the
+        # host to the bundle's own profile, and say so when the arch is another.
+        if options.bundle is None:
+            load_profile(options.arch)
     else:
         lacking = [h for h in hosts if not runner.get_variables(h).get("sglx_arch")]
         if lacking:
@@ -180,7 +195,13 @@ def _selected_hosts(options: CheckOptions) -> list[str]:
 def check_hosts(options: CheckOptions, progress: Progress) -> Result:
     options = _absolute(options)
     _need_inventory(options.inventory)
-    _need(SUITE / "conftest.py", "host check suite", "run sglx from its source tree or bundle")
+    suite = _suite(options)
+    _need(
+        suite / "conftest.py",
+        "host check suite",
+        "pass --bundle BUNDLE (a bundle carries its suite in ansible/host-checks/), or run sglx "
+        "from its source checkout",
+    )
     if options.bundle is not None:
         _need(options.bundle / "bundle.json", "bundle manifest", "--bundle names a bundle folder")
     if options.junitxml is not None:
@@ -197,8 +218,8 @@ def check_hosts(options: CheckOptions, progress: Progress) -> Result:
         )
         with subprocess.Popen(
             _pytest_argv(options, report, workers),
-            cwd=SUITE,
-            env=_environment(),
+            cwd=suite,
+            env=_environment(options),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,

@@ -28,6 +28,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -403,12 +404,16 @@ def _write_context(profile: Profile, model_name: str, context: Path, progress: P
     build_own_wheels(context / "sglx-wheels", context.parent / "src")
 
 
-def build_own_wheels(dest: Path, scratch: Path) -> list[Path]:
-    """Wheels of sglx's four distributions, built from clean copies of their sources (an
-    in-tree build would leave build/ folders whose stale files end up in later wheels)."""
+def build_own_wheels(
+    dest: Path, scratch: Path, names: Sequence[str] = tuple(DISTRIBUTIONS)
+) -> list[Path]:
+    """Wheels of sglx's distributions (all four unless `names` says which), built from clean
+    copies of their sources (an in-tree build would leave build/ folders whose stale files end
+    up in later wheels)."""
     root = source_root()
     sources = []
-    for name, parts in DISTRIBUTIONS.items():
+    for name in names:
+        parts = DISTRIBUTIONS[name]
         copy = scratch / name
         for part in parts:
             source = root / part

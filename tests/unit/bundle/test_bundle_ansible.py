@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import os
 import subprocess
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from helpers.bundles import hand_bundle
 from helpers.image_archives import docker_archive
 from helpers.image_archives import tree_layer as layer
 
+import sglx
 from sglx.ansible_vars import vars_text
 from sglx.bundle import ansible_content, install_sh, layout
 from sglx.bundle.ansible_content import AnsibleContent, collect, write
@@ -235,14 +237,25 @@ def test_control_wheels_are_copied_and_hash_checked(cpu: Profile, tmp_path: Path
     content = collect(cpu, root=root, control_wheels=folder)
     items = by_path(content)
     wheels = sorted(p for p in items if p.startswith("ansible/wheels/"))
-    assert wheels == [f"ansible/wheels/{name}" for name in sorted(WHEELS)]
+    own = f"ansible/wheels/sglx-{sglx.__version__}-py3-none-any.whl"
+    assert wheels == sorted([f"ansible/wheels/{name}" for name in WHEELS] + [own])
     assert {items[p].kind for p in wheels} == {"ansible"}
-    assert content.wheels == 2
-    entries = {e.path: e for e in write(content, tmp_path / "stage")}
+    assert content.wheels == 3
+    stage = tmp_path / "stage"
+    entries = {e.path: e for e in write(content, stage)}
     for name, data in WHEELS.items():
-        assert (tmp_path / "stage/ansible/wheels" / name).read_bytes() == data
+        assert (stage / "ansible/wheels" / name).read_bytes() == data
         assert entries[f"ansible/wheels/{name}"].sha256 == hashlib.sha256(data).hexdigest()
-    assert "its 2 wheels in ansible/wheels/" in content.slot().note
+    # sglx's own wheel, built from the checkout, is pinned by its hash in the bundle's lock:
+    # `pip install --require-hashes -r control-node.txt` installs sglx with the rest.
+    pins = {pin.name: pin for pin in ansible_content.read_pins(stage / "ansible/control-node.txt")}
+    assert set(pins) == {"demo-pkg", "ruamel-yaml", "sglx"}
+    assert pins["sglx"].hashes == (entries[own].sha256,)
+    assert pins["sglx"].version == sglx.__version__
+    with zipfile.ZipFile(stage / own) as wheel:
+        assert "sglx/hosts/check.py" in wheel.namelist()
+        assert "sglx_core/paths.py" in wheel.namelist()
+    assert "its 3 wheels, sglx's own among them, in ansible/wheels/" in content.slot().note
     assert "--find-links wheels" in content.slot().note
 
 

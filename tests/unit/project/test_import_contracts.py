@@ -1,7 +1,7 @@
 """The layering contracts `make lint` checks (`lint-imports`, pyproject's [tool.importlinter]):
 the plugin, the image runtime and the kernels stand on sglx_core only, the platform plugin on
-nothing of the runtime, the core on nothing of sglx's, the scan on no bundle layout, and the host
-tool's packages in layers.
+nothing of the runtime, the core on nothing of sglx's, the host checks on the host tool and the
+core and nothing on them, the scan on no bundle layout, and the host tool's packages in layers.
 
 Shown on a copy of the packages, so the contract is seen to break, naming the import, when a
 plugin module imports the host tool, and to hold on the tree as it is."""
@@ -24,11 +24,12 @@ PACKAGES = {
     "sglx_platform": "plugin",
     "sglx_runtime": "runtime",
     "sglx_kernels": "kernels",
+    "hostchecks": ".",
 }
 
 
 def copy_packages(dest: Path) -> list[Path]:
-    """The five packages' *.py files under dest/<folder>/<package>; their sys.path entries."""
+    """The six packages' *.py files under dest/<folder>/<package>; their sys.path entries."""
     for package, folder in PACKAGES.items():
         shutil.copytree(
             REPO / folder / package,
@@ -114,3 +115,23 @@ def test_a_scan_import_of_the_bundle_breaks_the_scan_and_the_layers(
         "the host tool's layers: cli, command groups, image, build steps, shared modules BROKEN",
     ]
     assert "sglx.scan.contract_probe -> sglx.bundle.layout" in done.stdout
+
+
+def test_the_host_checks_stand_on_the_control_node_and_nothing_stands_on_them(
+    tree: tuple[Path, list[Path]],
+) -> None:
+    """The host checks run where only the control-node lock is installed (no torch, no SGLang):
+    an import of the image's runtime breaks one contract, a host tool import of a check the
+    other, each naming the import."""
+    root, paths = tree
+    (root / "hostchecks" / "contract_probe.py").write_text("import sglx_runtime.serve\n")
+    (root / "scripts" / "sglx" / "contract_probe.py").write_text("import hostchecks.facts\n")
+    done = lint_imports(root, paths)
+    assert done.returncode != 0, done.stdout
+    broken = [line for line in done.stdout.splitlines() if line.endswith(" BROKEN")]
+    assert broken == [
+        "the host checks import the host tool and the core, nothing of the image BROKEN",
+        "nothing imports the host checks BROKEN",
+    ], broken
+    assert "hostchecks.contract_probe -> sglx_runtime.serve" in done.stdout
+    assert "sglx.contract_probe -> hostchecks.facts" in done.stdout

@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import shlex
 from collections import Counter
+from functools import cache
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from sglx.quadlet import quadlet_unit
-from sglx.run_spec import Site, docker_run_words, run_spec
+from sglx.quadlet import WHOLE, quadlet_unit
+from sglx.run_spec import RunSpec, Site, docker_run_words, run_spec
 from sglx_core.errors import SglxError
 from sglx_core.profile import load_profile
 
@@ -29,7 +32,7 @@ def keys(unit: str) -> dict[str, list[str]]:
     [values]}."""
     found: dict[str, list[str]] = {}
     section = ""
-    for line in unit.splitlines():
+    for line in unit.split("\n"):  # systemd ends a line at \n only
         if line.startswith("[") and line.endswith("]"):
             section = line[1:-1]
         elif "=" in line and not line.startswith("#"):
@@ -83,3 +86,40 @@ def test_a_control_character_is_refused() -> None:
     spec = run_spec(load_profile("cpu"))
     with pytest.raises(SglxError, match="control character"):
         quadlet_unit(spec, site(extra_env={"X": "a\nExecStartPre=/bin/false"}))
+
+
+# Any printable text: the characters systemd and Quadlet treat specially (quotes, `\\`, `%`,
+# `$`, spaces, `;`) included, control characters left out (refused above).
+PRINTABLE = st.text(
+    st.characters(min_codepoint=0x20, max_codepoint=0x2FF, exclude_characters="\x7f")
+)
+ENV_NAMES = st.from_regex(r"[A-Z_][A-Z0-9_]{0,8}", fullmatch=True)
+
+
+@cache
+def cpu_spec() -> RunSpec:
+    return run_spec(load_profile("cpu"))
+
+
+@given(st.dictionaries(ENV_NAMES, PRINTABLE, min_size=1, max_size=4))
+def test_any_environment_value_reads_back_as_it_was(env: dict[str, str]) -> None:
+    """Every value of extra_env, whatever it holds, reaches the container as it was: the
+    Environment= words, read as systemd reads them, give back KEY=VALUE."""
+    found = keys(quadlet_unit(cpu_spec(), site(extra_env=env)))
+    read = dict(read_word(w).partition("=")[::2] for w in found["Container.Environment"])
+    for name, value in env.items():
+        assert read[name] == value
+
+
+@given(PRINTABLE.filter(lambda s: s.strip() != ""))
+def test_a_model_folder_lands_as_it_was_or_is_refused_naming_the_key(folder: str) -> None:
+    """Volume= is taken whole: a folder of plain characters lands verbatim, any other is
+    refused with the key named (never written half-quoted)."""
+    path = "/srv/" + folder
+    try:
+        found = keys(quadlet_unit(cpu_spec(), site(model_dir=path)))
+    except SglxError as e:
+        assert not WHOLE.fullmatch(path) and "Volume= would be" in str(e)
+    else:
+        assert WHOLE.fullmatch(path)
+        assert f"{path}:/models/model:ro" in found["Container.Volume"]
